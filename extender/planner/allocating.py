@@ -1,0 +1,304 @@
+"""`gpuroster` (fast mode): the planner's allocator on the hot path.
+
+Every re-plan builds the whole horizon, and only its first step is committed.
+
+1. Real-time services are curves, not reservations: each service's GPU count
+   over the plan is its forecast (raised by the recent forecast error), made
+   reachable under its swap cap (it ramps up before a peak, sheds after).
+2. Batch-like jobs are placed over the horizon, highest priority first, each
+   at the earliest step where a legal block stays free for its whole estimate
+   and the services' curve still fits beside it, through the steps past the
+   horizon too (no end-of-horizon myopia). Each placed job holds its block in
+   the plan, so later jobs fill the holes it leaves (backfilling) without
+   delaying it; a job that waited longer than `max_wait_steps` goes first, so
+   nothing starves.
+3. Blocks are chosen best-fit: the fullest node that fits, at a size-aligned
+   offset when one is free, low GPUs first (services live at the top), so the
+   free pool keeps the shapes later work can use.
+4. Several queue orders are tried and the plan with the best objective wins:
+   priority x GPUs x time-decay weight for the batch work, minus the
+   real-time shortfall priced at `realtime_penalty` times its weight.
+
+The rules of MODEL.md hold by construction; the simulator checks them anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from extender.planner import blocks, model, policies, scaling
+
+
+@dataclass
+class Options:
+    realtime_penalty: float = 8.0  # shortfall cost per GPU-step, x the service's priority
+    decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
+    max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
+    lookahead_cap: int = 96  # steps past now the capacity check looks at, at most
+    error_memory: float = 0.7  # how fast a recent forecast miss fades with lead time
+    orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
+
+
+@dataclass
+class _Placed:
+    name: str
+    step: int  # offset from now
+    block: model.Block
+
+
+@dataclass
+class _Candidate:
+    placed: list[_Placed] = field(default_factory=list)
+    score: float = -math.inf
+
+
+def _window_or(values: list[int], width: int) -> list[int]:
+    """out[k] = values[k] | ... | values[k + width - 1] (clipped at the end), in O(n).
+
+    Blocks of `width`: a window spans at most two, so it is the suffix-OR of
+    the first and the prefix-OR of the second.
+    """
+    n = len(values)
+    if width <= 1:
+        return list(values)
+    suffix = values[:]
+    prefix = values[:]
+    for i in range(n - 2, -1, -1):
+        if (i + 1) % width:
+            suffix[i] = values[i] | suffix[i + 1]
+    for i in range(1, n):
+        if i % width:
+            prefix[i] = values[i] | prefix[i - 1]
+    out = [0] * n
+    for k in range(n):
+        last = min(k + width - 1, n - 1)
+        if last // width != k // width:
+            out[k] = suffix[k] | prefix[last]
+        else:  # clipped window inside one block: suffix runs to the block end or n - 1
+            out[k] = suffix[k]
+    return out
+
+
+def _window_min(values: list[int], width: int) -> list[int]:
+    """out[k] = min(values[k : k + width]) (clipped at the end), in O(n)."""
+    n = len(values)
+    if width <= 1:
+        return list(values)
+    suffix = values[:]
+    prefix = values[:]
+    for i in range(n - 2, -1, -1):
+        if (i + 1) % width:
+            suffix[i] = min(values[i], suffix[i + 1])
+    for i in range(1, n):
+        if i % width:
+            prefix[i] = min(values[i], prefix[i - 1])
+    out = [0] * n
+    for k in range(n):
+        last = min(k + width - 1, n - 1)
+        if last // width != k // width:
+            out[k] = min(suffix[k], prefix[last])
+        else:
+            out[k] = suffix[k]
+    return out
+
+
+def service_curve(v: model.ServiceState, length: int, now: int, period: int,
+                  error_memory: float) -> list[int]:
+    """GPUs the plan holds for a service at steps now .. now+length-1."""
+    f = list(v.forecast[:length])
+    while len(f) < length:  # continue the daily pattern past the forecast's end
+        f.append(f[len(f) - period] if len(f) >= period else (f[-1] if f else 0))
+    # Recent miss: if demand ran above forecast, expect more of the same for a while.
+    if v.past_demand and v.past_forecast:
+        miss = v.past_demand[-1] - v.past_forecast[-1]
+        if miss > 0:
+            for k in range(length):
+                extra = miss * error_memory ** k
+                if extra < 0.5:
+                    break
+                f[k] += math.ceil(extra - 0.5)
+    swap = v.max_swap
+    need = f
+    # Ramp up ahead of a rise the swap cap cannot follow in one step.
+    for k in range(length - 2, -1, -1):
+        need[k] = max(need[k], need[k + 1] - swap)
+    if now > 0:
+        have = len(v.current_gpus)
+        for k in range(length):
+            lo, hi = have - swap, have + swap
+            have = min(max(need[k], lo), hi)
+            need[k] = have
+    return need
+
+
+class Gpuroster:
+    name = "gpuroster"
+
+    def __init__(self, **options: object) -> None:
+        self.options = Options(**options)  # type: ignore[arg-type]
+
+    # --- the whole horizon ------------------------------------------------------
+
+    def plan(self, inp: model.PlanInput) -> model.Plan:
+        o = self.options
+        c = inp.cluster
+        now, H = inp.now, inp.horizon
+        all_gpus = (1 << c.gpus) - 1
+        unavailable = blocks.mask_of(inp.unavailable_gpus)
+        longest = max((q.estimate_steps for q in inp.queued), default=1)
+        W = min(H + longest, H + o.lookahead_cap)
+
+        # Batch occupancy per step from the pinned running jobs.
+        occ = [unavailable] * W
+        for r in inp.running:
+            end = min(r.expected_end(now) - now, W)
+            m = r.block.mask
+            for k in range(end):
+                occ[k] |= m
+
+        # Services: their curves, and the capacity they leave for batch work.
+        curves = {v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory)
+                  for v in inp.services}
+        capacity = [c.gpus - unavailable.bit_count()] * W
+        for curve in curves.values():
+            for k in range(W):
+                capacity[k] -= curve[k]
+        # At step now, a service can give up only so many of its current GPUs.
+        locked = 0
+        for v in inp.services:
+            want = curves[v.name][0]
+            cap = None if now == 0 else v.max_swap
+            release = min(max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap))
+            keep = blocks.mask_of(v.current_gpus)
+            for g in blocks.bits(keep):  # a shrinking service gives back its lowest GPUs
+                if release == 0:
+                    break
+                keep &= ~(1 << g)
+                release -= 1
+            locked |= keep
+
+        starving = [q for q in inp.queued if now - q.arrival_step >= o.max_wait_steps]
+        rest = [q for q in inp.queued if now - q.arrival_step < o.max_wait_steps]
+        starving.sort(key=lambda q: q.arrival_step)
+        best = _Candidate()
+        seen: set[tuple[str, ...]] = set()
+        for order in o.orders:
+            queue = starving + _ordered(rest, order)
+            key = tuple(q.name for q in queue)
+            if key in seen:
+                continue
+            seen.add(key)
+            cand = self._place(queue, occ, capacity, locked, unavailable.bit_count(), c, H, W)
+            if cand.score > best.score:
+                best = cand
+
+        plan = model.Plan(now=now)
+        queued = {q.name: q for q in inp.queued}
+        used_now = occ[0]
+        for p in best.placed:
+            plan.planned_start[p.name] = now + p.step
+            plan.planned_block[p.name] = p.block
+            if p.step == 0:
+                plan.starts[p.name] = p.block
+                used_now |= p.block.mask
+            else:
+                plan.reasons[p.name] = f"planned start at step {now + p.step}"
+        for name in queued:
+            if name not in plan.planned_start:
+                plan.reasons[name] = "no room within the plan's horizon"
+
+        # Services at step now: keep, grow into the top idle GPUs, shed the lowest.
+        idle = all_gpus & ~used_now
+        for v in inp.services:
+            idle &= ~blocks.mask_of(v.current_gpus)
+        for v in sorted(inp.services, key=lambda v: -v.priority):
+            own = blocks.mask_of(v.current_gpus) & ~used_now
+            cap = None if now == 0 else v.max_swap
+            gpus = scaling.assign(v.current_gpus, curves[v.name][0], idle | own, cap)
+            plan.service_gpus[v.name] = gpus
+            idle &= ~blocks.mask_of(gpus)
+            plan.service_counts[v.name] = tuple(curves[v.name][:H])
+        return plan
+
+    # --- one queue order ----------------------------------------------------------
+
+    def _place(self, queue: list[model.QueuedJob], occ0: list[int], capacity: list[int],
+               locked: int, n_unavailable: int, c: model.Cluster, H: int, W: int) -> _Candidate:
+        o = self.options
+        occ = occ0[:]
+        # Capacity already excludes unavailable GPUs; count only batch work against it.
+        slack = [capacity[k] - (occ[k].bit_count() - n_unavailable) for k in range(W)]
+        cand = _Candidate(score=0.0)
+        weights = [1.0 / (1.0 + o.decay * k) for k in range(W)]
+        cum = [0.0]
+        for w in weights:
+            cum.append(cum[-1] + w)
+        for q in queue:
+            d = min(q.estimate_steps, W)
+            size = q.gpus
+            free_over = _window_or(occ, d)
+            room = _window_min(slack, d)
+            for k in range(H):
+                if room[k] < size:
+                    continue
+                free = ~free_over[k] & ((1 << c.gpus) - 1)
+                if k == 0:
+                    free &= ~locked
+                starts = blocks.start_positions(free, size, c)
+                if not starts:
+                    continue
+                # Fullness counts batch work only: a node shared with a service is
+                # not "snug", since the service moves and jobs do not.
+                b = _best_fit(starts, size, ~free_over[k] & ((1 << c.gpus) - 1), c)
+                end = min(k + d, W)
+                m = b.mask
+                for t in range(k, end):
+                    occ[t] |= m
+                    slack[t] -= size
+                cand.placed.append(_Placed(q.name, k, b))
+                cand.score += q.priority * size * (cum[end] - cum[k])
+                break
+        return cand
+
+
+def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
+    if order == "priority":
+        return sorted(queue, key=lambda q: (-q.priority, q.arrival_step))
+    if order == "priority-size":
+        return sorted(queue, key=lambda q: (-q.priority, -q.gpus, q.arrival_step))
+    if order == "priority-short":
+        return sorted(queue, key=lambda q: (-q.priority, q.estimate_steps, q.arrival_step))
+    if order == "arrival":
+        return sorted(queue, key=lambda q: q.arrival_step)
+    if order == "value-density":
+        return sorted(queue, key=lambda q: (-q.priority * q.gpus, q.arrival_step))
+    raise ValueError(f"unknown queue order {order!r}")
+
+
+def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> model.Block:
+    """Among legal start positions, the block that leaves the most useful free pool."""
+    g = c.gpus_per_node
+    if size >= g:
+        # whole nodes: the lowest run (keeps the top for services and later shapes)
+        return model.Block((starts & -starts).bit_length() - 1, size)
+    best: tuple[int, int, int] | None = None
+    best_start = 0
+    node_full = (1 << g) - 1
+    seen = 0
+    for p in blocks.bits(starts):
+        node = p // g
+        node_free = ((free >> (node * g)) & node_full).bit_count()
+        aligned = 0 if (p % g) % size == 0 else 1
+        key = (node_free, aligned, p)
+        if best is None or key < best:
+            best, best_start = key, p
+        seen += 1
+        if seen >= 64:  # enough candidates to find a snug fit; bounded cost at scale
+            break
+    return model.Block(best_start, size)
+
+
+@policies.register("gpuroster")
+def _create(**options: object) -> Gpuroster:
+    return Gpuroster(**options)

@@ -1,0 +1,58 @@
+"""`fifo`: the published baseline, exactly as MODEL.md defines it.
+
+Services hold a fixed reservation at the peak of their forecast, on fixed GPUs
+from the top (the first service ends at GPU N-1). Batch jobs form one queue in
+arrival order (ties: file order); each step the head starts on the lowest free
+legal block if one exists, then the next head is tried; the first that cannot
+start ends the step. Priority plays no part.
+"""
+
+from __future__ import annotations
+
+from extender.planner import blocks, model, policies
+
+
+def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
+    """Fixed GPU ranges from the top, in service order."""
+    top = inp.cluster.gpus
+    out: dict[str, frozenset[int]] = {}
+    for v in inp.services:
+        size = v.reservation if v.reservation is not None else max(v.forecast[: inp.horizon], default=0)
+        size = max(0, min(size, top))
+        out[v.name] = frozenset(range(top - size, top))
+        top -= size
+    return out
+
+
+class Fifo:
+    name = "fifo"
+
+    def plan(self, inp: model.PlanInput) -> model.Plan:
+        c = inp.cluster
+        plan = model.Plan(now=inp.now)
+        reserved = reservation_ranges(inp)
+        plan.service_gpus = reserved
+        free = (1 << c.gpus) - 1
+        for gpus in reserved.values():
+            free &= ~blocks.mask_of(gpus)
+        free &= ~blocks.mask_of(inp.unavailable_gpus)
+        for r in inp.running:
+            free &= ~r.block.mask
+        queue = sorted(inp.queued, key=lambda q: q.arrival_step)  # stable: file order on ties
+        for q in queue:
+            b = blocks.lowest(free, q.gpus, c)
+            if b is None:
+                plan.reasons[q.name] = "waiting behind the head of the fifo queue" \
+                    if q is not queue[0] else "no free block of this size"
+                break
+            plan.starts[q.name] = b
+            free &= ~b.mask
+        for q in queue:
+            if q.name not in plan.starts:
+                plan.reasons.setdefault(q.name, "waiting behind the head of the fifo queue")
+        return plan
+
+
+@policies.register("fifo")
+def _create() -> Fifo:
+    return Fifo()
