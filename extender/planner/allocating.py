@@ -53,56 +53,6 @@ class _Candidate:
     score: float = -math.inf
 
 
-def _window_or(values: list[int], width: int) -> list[int]:
-    """out[k] = values[k] | ... | values[k + width - 1] (clipped at the end), in O(n).
-
-    Blocks of `width`: a window spans at most two, so it is the suffix-OR of
-    the first and the prefix-OR of the second.
-    """
-    n = len(values)
-    if width <= 1:
-        return list(values)
-    suffix = values[:]
-    prefix = values[:]
-    for i in range(n - 2, -1, -1):
-        if (i + 1) % width:
-            suffix[i] = values[i] | suffix[i + 1]
-    for i in range(1, n):
-        if i % width:
-            prefix[i] = values[i] | prefix[i - 1]
-    out = [0] * n
-    for k in range(n):
-        last = min(k + width - 1, n - 1)
-        if last // width != k // width:
-            out[k] = suffix[k] | prefix[last]
-        else:  # clipped window inside one block: suffix runs to the block end or n - 1
-            out[k] = suffix[k]
-    return out
-
-
-def _window_min(values: list[int], width: int) -> list[int]:
-    """out[k] = min(values[k : k + width]) (clipped at the end), in O(n)."""
-    n = len(values)
-    if width <= 1:
-        return list(values)
-    suffix = values[:]
-    prefix = values[:]
-    for i in range(n - 2, -1, -1):
-        if (i + 1) % width:
-            suffix[i] = min(values[i], suffix[i + 1])
-    for i in range(1, n):
-        if i % width:
-            prefix[i] = min(values[i], prefix[i - 1])
-    out = [0] * n
-    for k in range(n):
-        last = min(k + width - 1, n - 1)
-        if last // width != k // width:
-            out[k] = min(suffix[k], prefix[last])
-        else:
-            out[k] = suffix[k]
-    return out
-
-
 def service_curve(v: model.ServiceState, length: int, now: int, period: int,
                   error_memory: float) -> list[int]:
     """GPUs the plan holds for a service at steps now .. now+length-1."""
@@ -234,24 +184,34 @@ class Gpuroster:
         cum = [0.0]
         for w in weights:
             cum.append(cum[-1] + w)
+        full = (1 << c.gpus) - 1
         for q in queue:
             d = min(q.estimate_steps, W)
             size = q.gpus
-            free_over = _window_or(occ, d)
-            room = _window_min(slack, d)
-            for k in range(H):
-                if room[k] < size:
+            # Steps where the services' curve leaves too little room for this job.
+            short = [t for t in range(W) if slack[t] < size]
+            si = 0
+            k = 0
+            while k < H:
+                while si < len(short) and short[si] < k:
+                    si += 1
+                end = min(k + d, W)
+                if si < len(short) and short[si] < end:
+                    k = short[si] + 1  # no start before that step can clear it
                     continue
-                free = ~free_over[k] & ((1 << c.gpus) - 1)
+                busy = 0
+                for t in range(k, end):
+                    busy |= occ[t]
+                free = full & ~busy
                 if k == 0:
                     free &= ~locked
                 starts = blocks.start_positions(free, size, c)
                 if not starts:
+                    k += 1
                     continue
                 # Fullness counts batch work only: a node shared with a service is
                 # not "snug", since the service moves and jobs do not.
-                b = _best_fit(starts, size, ~free_over[k] & ((1 << c.gpus) - 1), c)
-                end = min(k + d, W)
+                b = _best_fit(starts, size, full & ~busy, c)
                 m = b.mask
                 for t in range(k, end):
                     occ[t] |= m

@@ -1,0 +1,269 @@
+"""`gpuroster bench`: every policy over the scenarios, one table, result files and a report.
+
+    gpuroster bench                          # the seven shipped scenarios, all policies
+    gpuroster bench training-heavy my.yaml   # shipped names or scenario files
+    gpuroster bench --policies fifo,gpuroster --out out/bench
+    gpuroster bench --latency                # plan-time scaling table (8 .. 4,096 GPUs)
+    gpuroster bench --cluster local          # the same replayed on the local control plane
+    gpuroster check SCENARIO RESULT.json     # legality and metrics of any result file
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from extender import scenarios
+from extender.planner import legality, metrics, model, policies, simulating
+
+DEFAULT_POLICIES = ("fifo", "priority-skip", "priority-easy", "gpuroster")
+
+
+@dataclass
+class Row:
+    scenario: model.Scenario
+    policy: str
+    metrics: metrics.Metrics
+    plan_ms: dict[str, float]
+    run: simulating.Run | None = None
+    extra: dict[str, Any] | None = None
+
+
+def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
+    if not seconds:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    a = np.asarray(seconds) * 1e3
+    return {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),
+            "max": round(float(a.max()), 4)}
+
+
+def result_document(row: Row) -> dict[str, Any]:
+    """MODEL.md's result file, version 1 (plus optional extra fields)."""
+    assert row.run is not None
+    m = row.metrics
+    doc: dict[str, Any] = {
+        "version": 1, "scenario": row.scenario.name, "policy": row.policy,
+        "gpus": row.scenario.cluster.gpus, "steps": row.scenario.duration_steps,
+        "grid": row.run.named_grid(),
+        "metrics": {"utilization": m.utilization, "value": m.value,
+                    "realtime_shortfall": m.realtime_shortfall,
+                    "realtime_service_level": m.realtime_service_level,
+                    "jobs_completed": m.jobs_completed, "jobs_total": m.jobs_total},
+        "plan_ms": row.plan_ms,
+        "waits": [w.__dict__ for w in m.waits],
+    }
+    if row.extra:
+        doc.update(row.extra)
+    return doc
+
+
+def run_one(s: model.Scenario, policy: str, progress: bool) -> Row:
+    pol = policies.create(policy)
+    label = f"{s.name} / {policy}"
+
+    def tick(done: int, total: int) -> None:
+        if progress:
+            width = 24
+            filled = width * done // total
+            sys.stderr.write(f"\r  {label:40s} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+            sys.stderr.flush()
+
+    run = simulating.simulate(s, pol, progress=tick)
+    if progress:
+        sys.stderr.write("\r" + " " * 80 + "\r")
+    legality.check(s, run.grid)
+    m = metrics.compute(s, run.grid)
+    extra: dict[str, Any] = {}
+    stats = getattr(pol, "stats", None)
+    if stats:
+        extra["solver"] = stats
+    return Row(s, policy, m, percentiles_ms(run.plan_seconds), run, extra or None)
+
+
+def format_table(rows: list[Row], cluster_gap: dict[tuple[str, str], Row] | None = None) -> str:
+    head = (f"{'scenario':19s} {'policy':15s} {'util%':>6s} {'Δpts':>6s} {'value':>9s} {'Δ%':>7s} "
+            f"{'RT SL':>6s} {'done':>6s} {'p95wait':>7s} {'plan p50':>9s} {'p99 ms':>7s}")
+    lines = [head, "-" * len(head)]
+    fifo = {r.scenario.name: r for r in rows if r.policy == "fifo"}
+    last = None
+    for r in rows:
+        if last is not None and r.scenario.name != last:
+            lines.append("")
+        last = r.scenario.name
+        base = fifo.get(r.scenario.name)
+        m = r.metrics
+        dp = f"{m.utilization - base.metrics.utilization:+6.1f}" if base else "     -"
+        dv = (f"{100 * (m.value / base.metrics.value - 1):+6.1f}%"
+              if base and base.metrics.value else "      -")
+        lines.append(
+            f"{r.scenario.name:19s} {r.policy:15s} {m.utilization:6.1f} {dp} {m.value:9.0f} {dv} "
+            f"{100 * m.realtime_service_level:5.1f}% {m.jobs_completed:>3d}/{m.jobs_total:<2d} "
+            f"{m.top_priority_p95_wait():7.1f} {r.plan_ms['p50']:9.3f} {r.plan_ms['p99']:7.3f}")
+    return "\n".join(lines)
+
+
+def summary(rows: list[Row]) -> str:
+    """Mean gains of gpuroster over fifo, and where it does not beat every peer."""
+    out = []
+    by: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(r.scenario.name, {})[r.policy] = r
+    gains = []
+    for name, pols in by.items():
+        g, f = pols.get("gpuroster"), pols.get("fifo")
+        if not g or not f:
+            continue
+        gain = 100 * (g.metrics.value / f.metrics.value - 1) if f.metrics.value else 0.0
+        gains.append(gain)
+        beaten = [p for p, r in pols.items() if p not in ("gpuroster", "gpuroster-full")
+                  and r.metrics.value >= g.metrics.value]
+        if beaten:
+            out.append(f"  {name}: gpuroster's value does not beat {', '.join(beaten)}")
+    if gains:
+        out.insert(0, f"gpuroster vs fifo: mean value gain {statistics.mean(gains):+.1f}% over "
+                      f"{len(gains)} scenarios (min {min(gains):+.1f}%, max {max(gains):+.1f}%)")
+    return "\n".join(out)
+
+
+def write_outputs(rows: list[Row], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in rows:
+        p = out / f"{r.scenario.name}.{r.policy}.json"
+        p.write_text(json.dumps(result_document(r)) + "\n", encoding="utf-8")
+        written.append(p)
+    from extender import reporting  # matplotlib only when pictures are asked for
+
+    written += reporting.write_report(rows, out)
+    return written
+
+
+def latency_table(repeats: int = 20) -> str:
+    """Plan time of the fast policy from 8 to 4,096 GPUs: cost growth made visible."""
+    from extender.planner import generator
+
+    sizes = [(8, 15), (64, 30), (256, 120), (1024, 500), (4096, 2000)]
+    lines = [f"{'GPUs':>6s} {'jobs':>6s} {'queued':>6s} {'running':>7s} {'p50 ms':>9s} {'p99 ms':>9s} "
+             f"{'max ms':>9s} {'runs':>5s}"]
+    for gpus, jobs in sizes:
+        s = generator.generate(gpus, jobs, seed=7, backlog=0.5)
+        inp = _mid_run_input(s)
+        pol = policies.create("gpuroster")
+        pol.plan(inp)  # warm caches (block masks) once
+        n = repeats if gpus <= 1024 else max(5, repeats // 4)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            pol.plan(inp)
+            times.append(time.perf_counter() - t0)
+        p = percentiles_ms(times)
+        lines.append(f"{gpus:6d} {jobs:6d} {len(inp.queued):6d} {len(inp.running):7d} "
+                     f"{p['p50']:9.2f} {p['p99']:9.2f} {p['max']:9.2f} {n:5d}")
+        sys.stderr.write(f"  latency {gpus} GPUs done\n")
+    return "\n".join(lines)
+
+
+def _mid_run_input(s: model.Scenario) -> model.PlanInput:
+    """The queue as it stands a few steps in: half the cluster busy, a long queue waiting."""
+    run_until = 2
+    pol = policies.create("gpuroster")
+    running: dict[str, tuple[model.Job, model.Block, int]] = {}
+    started: set[str] = set()
+    sets: dict[str, frozenset[int]] = {}
+    jobs = {j.name: j for j in s.jobs}
+    for t in range(run_until):
+        inp = simulating.plan_input(s, t, running, started, sets)
+        plan = pol.plan(inp)
+        for name, b in plan.starts.items():
+            running[name] = (jobs[name], b, t)
+            started.add(name)
+        sets = dict(plan.service_gpus)
+    return simulating.plan_input(s, run_until, running, started, sets)
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="gpuroster bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenarios", nargs="*", help="shipped scenario names or scenario files "
+                    f"(default: all shipped: {', '.join(scenarios.builtin_names())})")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                    help=f"comma list (known: {', '.join(policies.names())}, gpuroster-full)")
+    ap.add_argument("--out", type=Path, help="write result files, pictures and report.md here")
+    ap.add_argument("--latency", action="store_true", help="print the plan-time scaling table")
+    ap.add_argument("--cluster", choices=["local"], help="replay on the local control plane")
+    ap.add_argument("--kubeconfig", help="replay on the cluster of this kubeconfig")
+    ap.add_argument("--step-seconds", type=float, default=None,
+                    help="wall seconds per step in cluster replays")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = ap.parse_args(list(argv))
+
+    if args.cluster or args.kubeconfig:
+        from extender import clusterbench
+
+        return clusterbench.main(args)
+    try:
+        paths = [scenarios.resolve(n) for n in (args.scenarios or scenarios.builtin_names())]
+        loaded = [scenarios.load(p) for p in paths]  # all validated before anything runs
+    except scenarios.ScenarioError as e:
+        print(f"gpuroster bench: {e}", file=sys.stderr)
+        return 2
+    wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in wanted:
+        try:
+            policies.create(p)
+        except (ValueError, ImportError) as e:
+            print(f"gpuroster bench: {e}", file=sys.stderr)
+            return 2
+    rows = []
+    for s in loaded:
+        for p in wanted:
+            rows.append(run_one(s, p, progress=not args.quiet and sys.stderr.isatty()))
+    print(format_table(rows))
+    print()
+    print(summary(rows))
+    if args.out:
+        written = write_outputs(rows, args.out)
+        print(f"\nwrote {len(written)} files to {args.out} (report: {args.out / 'report.md'})")
+    if args.latency:
+        print("\nplan time, fast mode, one full re-plan (this machine):")
+        print(latency_table())
+    return 0
+
+
+def check_main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="gpuroster check",
+                                 description="check a result file against its scenario")
+    ap.add_argument("scenario")
+    ap.add_argument("result", type=Path)
+    args = ap.parse_args(list(argv))
+    try:
+        s = scenarios.load(scenarios.resolve(args.scenario))
+        doc = json.loads(args.result.read_text(encoding="utf-8"))
+        grid, _ = metrics.index_grid(s, doc["grid"])
+    except (scenarios.ScenarioError, ValueError, KeyError, OSError) as e:
+        print(f"gpuroster check: {e}", file=sys.stderr)
+        return 2
+    problems = legality.violations(s, grid)
+    m = metrics.compute(s, grid)
+    written = doc.get("metrics", {})
+    for key in ("utilization", "value", "realtime_shortfall", "realtime_service_level",
+                "jobs_completed", "jobs_total"):
+        want = float(getattr(m, key))
+        got = written.get(key)
+        if got is None or abs(float(got) - want) > 1e-6 * max(1.0, abs(want)):
+            problems.append(f"metrics.{key}: file says {got}, the grid gives {want}")
+    if problems:
+        print("\n".join(problems))
+        return 1
+    print(f"ok: {args.result} is legal and its metrics match "
+          f"(utilization {m.utilization:.2f}%, value {m.value:.0f})")
+    return 0

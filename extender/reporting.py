@@ -1,0 +1,95 @@
+"""Pictures and the markdown report of a benchmark run (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+
+if TYPE_CHECKING:
+    from extender.benchmarking import Row
+
+
+def _colours(n: int, services: int) -> ListedColormap:
+    base = plt.get_cmap("tab20").colors + plt.get_cmap("tab20b").colors + plt.get_cmap("tab20c").colors
+    jobs = [base[i % len(base)] for i in range(n - services)]
+    svc = [(0.15, 0.15, 0.15)] * services  # services drawn dark so troughs and peaks stand out
+    return ListedColormap([(1, 1, 1)] + jobs + svc)
+
+
+def draw_grid(ax: plt.Axes, row: Row) -> None:
+    assert row.run is not None
+    s = row.scenario
+    grid = row.run.grid + 1  # 0 = idle (white)
+    cmap = _colours(len(row.run.names) + 1, len(s.services))
+    ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0,
+              vmax=len(row.run.names))
+    g = s.cluster.gpus_per_node
+    for n in range(1, s.cluster.nodes):
+        ax.axhline(n * g - 0.5, color="grey", linewidth=0.4)
+    m = row.metrics
+    ax.set_title(f"{row.policy}: {m.utilization:.1f}% util, value {m.value:.0f}", fontsize=9)
+    ax.set_xlabel(f"step ({s.step_minutes} min)", fontsize=8)
+    ax.set_ylabel("GPU", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def write_report(rows: list[Row], out: Path) -> list[Path]:
+    written: list[Path] = []
+    by: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(r.scenario.name, {})[r.policy] = r
+    for name, pols in by.items():
+        shown = [p for p in ("fifo", "gpuroster") if p in pols] or list(pols)[:2]
+        fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 3.2), squeeze=False)
+        for ax, p in zip(axes[0], shown, strict=True):
+            draw_grid(ax, pols[p])
+        fig.suptitle(f"{name}: GPUs down, steps across, one colour per job (services dark)",
+                     fontsize=10)
+        fig.tight_layout()
+        path = out / f"{name}.grids.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    names = list(by)
+    policy_names = list(dict.fromkeys(r.policy for r in rows))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4))
+    width = 0.8 / max(1, len(policy_names))
+    x = np.arange(len(names))
+    for i, p in enumerate(policy_names):
+        util = [by[n][p].metrics.utilization if p in by[n] else 0 for n in names]
+        gain = [100 * (by[n][p].metrics.value / by[n]["fifo"].metrics.value - 1)
+                if p in by[n] and "fifo" in by[n] and by[n]["fifo"].metrics.value else 0
+                for n in names]
+        a1.bar(x + i * width, util, width, label=p)
+        a2.bar(x + i * width, gain, width, label=p)
+    for a, title in ((a1, "utilization (%)"), (a2, "value vs fifo (%)")):
+        a.set_xticks(x + width * (len(policy_names) - 1) / 2)
+        a.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        a.set_title(title)
+        a.axhline(0, color="black", linewidth=0.5)
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "summary.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    from extender import benchmarking
+
+    md = ["# gpuroster benchmark", "", "```", benchmarking.format_table(rows), "```", "",
+          benchmarking.summary(rows), "", "![summary](summary.png)", ""]
+    for name in names:
+        md += [f"## {name}", "", by[name][next(iter(by[name]))].scenario.description, "",
+               f"![{name}]({name}.grids.png)", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(md), encoding="utf-8")
+    written.append(path)
+    return written
