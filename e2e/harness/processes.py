@@ -1,0 +1,141 @@
+"""Child processes of a local cluster: one process group each, one log file
+each, and a guarantee that they stop with their owner.
+
+Every child runs in its own session (so a signal reaches its whole group) and,
+where ``setpriv`` exists, with a parent-death signal, so a SIGKILLed owner
+does not leave orphans. The parent-death signal fires when the *thread* that
+started the child exits: start clusters from a thread that outlives them (the
+main thread, normally).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+_SETPRIV = shutil.which("setpriv")
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+@dataclass
+class Group:
+    """The processes of one cluster, stopped in reverse start order."""
+
+    log_dir: Path
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [*prefix, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+        child = Child(name, list(argv), log, popen)
+        self.children.append(child)
+        return child
+
+    def dead(self) -> list[Child]:
+        return [c for c in self.children if not c.alive()]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for child in reversed(self.children):
+            _signal_group(child.popen, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for child in reversed(self.children):
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                child.popen.wait(remaining)
+            except subprocess.TimeoutExpired:
+                _signal_group(child.popen, signal.SIGKILL)
+                child.popen.wait(5)
+            # Reap anything else left in the group (children of children).
+            _signal_group(child.popen, signal.SIGKILL)
+        self.children.clear()
+
+
+def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    # The child leads its own session, so its pgid is its pid.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, sig)
+
+
+# --- stopping everything at interpreter exit and on SIGINT/SIGTERM ----------
+
+_lock = threading.Lock()
+_stoppers: dict[int, Callable[[], None]] = {}
+_installed = False
+
+
+def register(key: int, stop: Callable[[], None]) -> None:
+    """Call ``stop`` at exit or on SIGINT/SIGTERM unless :func:`unregister`ed first."""
+    global _installed
+    with _lock:
+        _stoppers[key] = stop
+        if _installed:
+            return
+        _installed = True
+    atexit.register(stop_all)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            _chain(sig)
+
+
+def unregister(key: int) -> None:
+    with _lock:
+        _stoppers.pop(key, None)
+
+
+def stop_all() -> None:
+    with _lock:
+        stoppers = list(_stoppers.values())
+        _stoppers.clear()
+    for stop in stoppers:
+        with contextlib.suppress(Exception):
+            stop()
+
+
+def _chain(sig: signal.Signals) -> None:
+    previous = signal.getsignal(sig)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop_all()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    signal.signal(sig, handler)

@@ -1,0 +1,67 @@
+"""Files a cluster's processes read: kubeconfigs and the kube-scheduler
+configuration rendered from ``deploy/scheduler/scheduler-config.yaml``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEDULER_TEMPLATE = REPO / "deploy" / "scheduler" / "scheduler-config.yaml"
+STAGES_DIR = REPO / "e2e" / "stages"
+
+
+def kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> Path:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "gpuroster-local",
+                      "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user,
+                   "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "gpuroster-local",
+                      "context": {"cluster": "gpuroster-local", "user": user}}],
+        "current-context": "gpuroster-local",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def scheduler_config(
+    path: Path,
+    *,
+    kubeconfig: Path,
+    extender_port: int,
+    node_cache_capable: bool = True,
+    extender_ca_file: Path | None = None,
+    template: Path = SCHEDULER_TEMPLATE,
+) -> dict[str, Any]:
+    """Render the template for a local cluster; returns what was written.
+
+    With ``extender_ca_file`` the extender is called over HTTPS and its
+    serving certificate is checked against that CA.
+    """
+    doc: dict[str, Any] = yaml.safe_load(template.read_text())
+    doc["clientConnection"] = {
+        **doc.get("clientConnection", {}),
+        "kubeconfig": str(kubeconfig),
+        # Benchmarks create pods in bursts; the default 50 QPS would throttle.
+        "qps": 500,
+        "burst": 1000,
+    }
+    (extender,) = doc["extenders"]
+    scheme = "https" if extender_ca_file else "http"
+    extender["urlPrefix"] = f"{scheme}://127.0.0.1:{extender_port}"
+    extender["nodeCacheCapable"] = node_cache_capable
+    extender["enableHTTPS"] = extender_ca_file is not None
+    if extender_ca_file is not None:
+        extender["tlsConfig"] = {"caFile": str(extender_ca_file)}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return doc
+
+
+def stage_files() -> list[Path]:
+    return sorted(STAGES_DIR.glob("*.yaml"))
