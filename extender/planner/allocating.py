@@ -36,7 +36,10 @@ class Options:
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
     max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
     lookahead_cap: int = 96  # steps past now the capacity check looks at, at most
-    error_memory: float = 0.7  # how fast a recent forecast miss fades with lead time
+    error_memory: float = 0.7
+    reserve_factor: float = 2.0  # reservations reach this many horizons ahead
+    migrate_steps: int = 12  # services move off blocks planned to start this soon
+    overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room  # how fast a recent forecast miss fades with lead time
     orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
 
 
@@ -97,15 +100,20 @@ class Gpuroster:
         all_gpus = (1 << c.gpus) - 1
         unavailable = blocks.mask_of(inp.unavailable_gpus)
         longest = max((q.estimate_steps for q in inp.queued), default=1)
-        W = min(H + longest, H + o.lookahead_cap)
+        W = min(int(H * o.reserve_factor) + longest, H + o.lookahead_cap)
 
         # Batch occupancy per step from the pinned running jobs.
         occ = [unavailable] * W
+        # Estimates run over; for the services' room, assume each running job
+        # may hold its GPUs `overrun_guard` steps past its estimate.
+        overrun = [0] * W
         for r in inp.running:
             end = min(r.expected_end(now) - now, W)
             m = r.block.mask
             for k in range(end):
                 occ[k] |= m
+            for k in range(end, min(end + o.overrun_guard, W)):
+                overrun[k] += r.gpus
 
         # Services: their curves, and the capacity they leave for batch work.
         curves = {v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory)
@@ -114,19 +122,26 @@ class Gpuroster:
         for curve in curves.values():
             for k in range(W):
                 capacity[k] -= curve[k]
-        # At step now, a service can give up only so many of its current GPUs.
-        locked = 0
+        if inp.services:
+            for k in range(W):
+                capacity[k] -= overrun[k]
+        # Where services sit: at step now a service can give up only so many of its
+        # GPUs; later it moves off its lowest ones at the pace its swap cap allows.
+        # A block may only be planned where the services will have left by then.
+        R = max(H, min(W - 1, int(H * o.reserve_factor)))
+        locked = [0] * (R + 1)
         for v in inp.services:
             want = curves[v.name][0]
             cap = None if now == 0 else v.max_swap
-            release = min(max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap))
-            keep = blocks.mask_of(v.current_gpus)
-            for g in blocks.bits(keep):  # a shrinking service gives back its lowest GPUs
-                if release == 0:
+            first = min(max(0, len(v.current_gpus) - want),
+                        scaling.releasable(v.current_gpus, want, cap))
+            pace = len(v.current_gpus) if cap is None else max(0, v.max_swap // 2)
+            order = sorted(v.current_gpus)
+            for k in range(R + 1):
+                gone = min(len(order), first + k * pace)
+                if gone == len(order):
                     break
-                keep &= ~(1 << g)
-                release -= 1
-            locked |= keep
+                locked[k] |= blocks.mask_of(frozenset(order[gone:]))
 
         starving = [q for q in inp.queued if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in inp.queued if now - q.arrival_step < o.max_wait_steps]
@@ -162,10 +177,15 @@ class Gpuroster:
         idle = all_gpus & ~used_now
         for v in inp.services:
             idle &= ~blocks.mask_of(v.current_gpus)
+        wanted_soon = 0  # blocks of jobs planned to start while the services can still move
+        for p in best.placed:
+            if 0 < p.step <= o.migrate_steps:
+                wanted_soon |= p.block.mask
         for v in sorted(inp.services, key=lambda v: -v.priority):
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap
-            gpus = scaling.assign(v.current_gpus, curves[v.name][0], idle | own, cap)
+            gpus = scaling.assign(v.current_gpus, curves[v.name][0], idle | own, cap,
+                                  avoid=wanted_soon)
             plan.service_gpus[v.name] = gpus
             idle &= ~blocks.mask_of(gpus)
             plan.service_counts[v.name] = tuple(curves[v.name][:H])
@@ -174,7 +194,7 @@ class Gpuroster:
     # --- one queue order ----------------------------------------------------------
 
     def _place(self, queue: list[model.QueuedJob], occ0: list[int], capacity: list[int],
-               locked: int, n_unavailable: int, c: model.Cluster, H: int, W: int) -> _Candidate:
+               locked: list[int], n_unavailable: int, c: model.Cluster, H: int, W: int) -> _Candidate:
         o = self.options
         occ = occ0[:]
         # Capacity already excludes unavailable GPUs; count only batch work against it.
@@ -185,6 +205,9 @@ class Gpuroster:
         for w in weights:
             cum.append(cum[-1] + w)
         full = (1 << c.gpus) - 1
+        # Jobs that find no room inside the horizon still get a reservation
+        # further out (R steps), so smaller work backfills around them, not over them.
+        R = len(locked) - 1
         for q in queue:
             d = min(q.estimate_steps, W)
             size = q.gpus
@@ -192,7 +215,7 @@ class Gpuroster:
             short = [t for t in range(W) if slack[t] < size]
             si = 0
             k = 0
-            while k < H:
+            while k < R:
                 while si < len(short) and short[si] < k:
                     si += 1
                 end = min(k + d, W)
@@ -203,15 +226,14 @@ class Gpuroster:
                 for t in range(k, end):
                     busy |= occ[t]
                 free = full & ~busy
-                if k == 0:
-                    free &= ~locked
+                free &= ~locked[k]
                 starts = blocks.start_positions(free, size, c)
                 if not starts:
                     k += 1
                     continue
                 # Fullness counts batch work only: a node shared with a service is
                 # not "snug", since the service moves and jobs do not.
-                b = _best_fit(starts, size, full & ~busy, c)
+                b = _best_fit(starts, size, full & ~occ[k], c)
                 m = b.mask
                 for t in range(k, end):
                     occ[t] |= m

@@ -10,13 +10,17 @@ from __future__ import annotations
 from extender.planner import blocks
 
 
-def assign(current: frozenset[int], target: int, free: int, max_swap: int | None) -> frozenset[int]:
+def assign(current: frozenset[int], target: int, free: int, max_swap: int | None,
+           avoid: int = 0) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
     `free` is the mask of GPUs the service may hold (its current GPUs that no
     job took, plus idle ones). `max_swap` None means unconstrained (step 0).
     Losing a current GPU that is no longer in `free` counts against the cap;
     callers must not take more of a service's GPUs than its cap allows.
+    `avoid` marks GPUs that planned jobs will want soon: the service gives
+    those back first, and with budget to spare moves off them (one GPU
+    released and one acquired elsewhere per two units of swap).
     """
     keep_mask = blocks.mask_of(current) & free
     lost = len(current) - keep_mask.bit_count()
@@ -24,18 +28,34 @@ def assign(current: frozenset[int], target: int, free: int, max_swap: int | None
     have = keep_mask.bit_count()
     if target < have:
         drop = min(have - target, max(budget, 0))
-        for g in blocks.bits(keep_mask):
+        budget -= drop
+        for g in list(blocks.bits(keep_mask & avoid)) + list(blocks.bits(keep_mask & ~avoid)):
             if drop == 0:
                 break
             keep_mask &= ~(1 << g)
             drop -= 1
     elif target > have:
         grow = min(target - have, max(budget, 0))
+        budget -= grow
+        for g in blocks.bits_high_first(free & ~keep_mask & ~avoid):
+            if grow == 0:
+                break
+            keep_mask |= 1 << g
+            grow -= 1
         for g in blocks.bits_high_first(free & ~keep_mask):
             if grow == 0:
                 break
             keep_mask |= 1 << g
             grow -= 1
+    # Move off GPUs planned jobs want, while swap budget and room elsewhere remain.
+    elsewhere = free & ~keep_mask & ~avoid
+    for g in list(blocks.bits(keep_mask & avoid)):
+        if budget < 2 or not elsewhere:
+            break
+        top = elsewhere.bit_length() - 1
+        keep_mask = (keep_mask & ~(1 << g)) | (1 << top)
+        elsewhere &= ~(1 << top)
+        budget -= 2
     return blocks.set_of(keep_mask)
 
 

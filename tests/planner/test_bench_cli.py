@@ -1,0 +1,58 @@
+"""`gpuroster bench` and `gpuroster check` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from extender import cli
+
+
+def test_bench_prints_the_table_and_writes_checkable_results(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert cli.main(["bench", "training-heavy", "--policies", "fifo,gpuroster", "--out", str(out),
+                     "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "training-heavy" in table and "gpuroster" in table and "Δpts" in table
+    doc = json.loads((out / "training-heavy.gpuroster.json").read_text())
+    assert doc["version"] == 1 and doc["gpus"] == 8 and doc["steps"] == 48
+    assert len(doc["grid"]) == 8 and len(doc["grid"][0]) == 48
+    assert set(doc["plan_ms"]) == {"p50", "p99", "max"}
+    assert (out / "training-heavy.grids.png").stat().st_size > 1000
+    assert (out / "summary.png").exists() and (out / "report.md").exists()
+    assert cli.main(["check", "training-heavy", str(out / "training-heavy.gpuroster.json")]) == 0
+
+    # A result whose metrics do not match its grid is caught.
+    doc["metrics"]["utilization"] += 1.0
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(doc))
+    assert cli.main(["check", "training-heavy", str(forged)]) == 1
+    assert "metrics.utilization" in capsys.readouterr().out
+
+    # And so is an illegal grid: a job moved to another GPU mid-run.
+    doc = json.loads((out / "training-heavy.fifo.json").read_text())
+    row0, row7 = doc["grid"][0], doc["grid"][7]
+    row0[5], row7[5] = row7[5], row0[5]
+    forged.write_text(json.dumps(doc))
+    assert cli.main(["check", "training-heavy", str(forged)]) == 1
+
+
+def test_bench_refuses_bad_scenarios_before_running_anything(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: bad\ncluster: {nodes: 1, gpus_per_node: 8}\n"
+                   "step_minutes: 60\nhorizon_steps: 24\nduration_steps: 4\n"
+                   "jobs: [{name: a, type: training, gpus: 3, duration_steps: 1, "
+                   "arrival_step: 0, priority: 1}]\n")
+    assert cli.main(["bench", "training-heavy", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr()
+    assert "jobs[0] (a).gpus: must be a power of two" in err.err
+    assert "training-heavy" not in err.out  # nothing half-ran
+
+
+def test_unknown_policy_and_command() -> None:
+    assert cli.main(["bench", "--policies", "lifo"]) == 2
+    assert cli.main(["frobnicate"]) == 2

@@ -1,0 +1,157 @@
+"""Every policy on every shipped scenario and on random ones: legal, judged the same way.
+
+The performance targets of issue 2 are asserted here on the shipped scenarios,
+so a change that loses them fails CI; the bench prints the same numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender import scenarios
+from extender.planner import legality, metrics, model, policies, simulating
+from extender.planner import scenario as scenario_doc
+
+FAST_POLICIES = ["fifo", "priority-skip", "priority-easy", "gpuroster"]
+CONTENDED = ["training-heavy", "mixed-control", "priority-inversion", "fragmentation",
+             "forecast-error", "uniform-priority"]
+
+
+@functools.cache
+def result(name: str, policy: str) -> metrics.Metrics:
+    s = scenarios.load(scenarios.resolve(name))
+    run = simulating.simulate(s, policy)
+    legality.check(s, run.grid)
+    return metrics.compute(s, run.grid)
+
+
+@pytest.mark.parametrize("name", scenarios.builtin_names())
+@pytest.mark.parametrize("policy", FAST_POLICIES)
+def test_every_policy_is_legal_on_every_shipped_scenario(name: str, policy: str) -> None:
+    m = result(name, policy)
+    assert 0 < m.utilization <= 100
+    assert m.jobs_completed <= m.jobs_total
+
+
+@pytest.mark.parametrize("name", scenarios.builtin_names())
+def test_gpuroster_beats_fifo_in_value(name: str) -> None:
+    assert result(name, "gpuroster").value > result(name, "fifo").value
+
+
+@pytest.mark.parametrize("name", CONTENDED)
+def test_gpuroster_beats_fifo_in_utilization_where_contended(name: str) -> None:
+    assert result(name, "gpuroster").utilization > result(name, "fifo").utilization
+
+
+PEER_CASES = [(n, p) for n in scenarios.builtin_names() for p in ("priority-skip", "priority-easy")]
+KNOWN_MISSES = {("scale-test", "priority-easy")}
+
+
+@pytest.mark.parametrize(("name", "peer"), [
+    pytest.param(n, p, marks=pytest.mark.xfail(strict=True, reason="known miss: see README"))
+    if (n, p) in KNOWN_MISSES else (n, p) for n, p in PEER_CASES])
+def test_gpuroster_beats_every_peer_in_value(name: str, peer: str) -> None:
+    assert result(name, "gpuroster").value > result(name, peer).value
+
+
+@pytest.mark.parametrize("name", scenarios.builtin_names())
+def test_realtime_service_level_at_least_fifos(name: str) -> None:
+    s = scenarios.load(scenarios.resolve(name))
+    g = result(name, "gpuroster").realtime_service_level
+    assert g >= result(name, "fifo").realtime_service_level
+    if all(v.forecast[: s.duration_steps] == v.demand[: s.duration_steps] for v in s.services):
+        assert g >= 0.995
+
+
+def test_no_starvation_low_priority_starts_within_the_bound() -> None:
+    # One low-priority job against a stream of high-priority work that could fill the cluster forever.
+    jobs = [{"name": "low", "type": "training", "gpus": 8, "duration_steps": 2, "arrival_step": 0,
+             "priority": 1}]
+    jobs += [{"name": f"hi-{i}", "type": "training", "gpus": 4, "duration_steps": 3,
+              "arrival_step": i, "priority": 8} for i in range(0, 90, 1)]
+    s = scenario_doc.parse({"version": 1, "name": "starve", "cluster": {"nodes": 1, "gpus_per_node": 8},
+                            "step_minutes": 60, "horizon_steps": 24, "duration_steps": 100,
+                            "jobs": jobs, "services": []})
+    pol = policies.create("gpuroster")
+    run = simulating.simulate(s, pol)
+    start, _ = run.starts["low"]
+    bound = pol.options.max_wait_steps + 3  # wait cap + the longest estimate ahead of it
+    assert start <= bound, f"low-priority job started at {start}, bound {bound}"
+    skip = simulating.simulate(s, "priority-skip")
+    assert "low" not in skip.starts  # the peer does starve it: the scenario really tests this
+
+
+def test_no_end_of_horizon_myopia_long_job_does_not_eat_a_peak_past_the_horizon() -> None:
+    # A 20-step job at step 0 would hold GPUs through a peak at step 30, past the 24-step horizon.
+    demand = [0] * 28 + [8] * 6 + [0] * 6
+    s = scenario_doc.parse({"version": 1, "name": "myopia", "cluster": {"nodes": 1, "gpus_per_node": 8},
+                            "step_minutes": 60, "horizon_steps": 24, "duration_steps": 40,
+                            "jobs": [{"name": "long", "type": "training", "gpus": 8,
+                                      "duration_steps": 31, "arrival_step": 0, "priority": 1}],
+                            "services": [{"name": "svc", "priority": 5, "max_swap": 8,
+                                          "demand": demand}]})
+    run = simulating.simulate(s, "gpuroster")
+    m = metrics.compute(s, run.grid)
+    assert m.realtime_shortfall == 0
+
+
+def test_illegal_plan_is_refused_by_the_simulator() -> None:
+    class Cheater:
+        name = "cheater"
+
+        def plan(self, inp: model.PlanInput) -> model.Plan:
+            p = model.Plan(now=inp.now)
+            for q in inp.queued:
+                p.starts[q.name] = model.Block(0, q.gpus)  # everyone on GPU 0
+            return p
+
+    s = scenarios.load(scenarios.resolve("training-heavy"))
+    with pytest.raises(simulating.IllegalPlan, match="overlaps"):
+        simulating.simulate(s, Cheater())
+
+
+# --- property-based: random scenarios through every policy --------------------------------
+
+@st.composite
+def random_scenario(draw: st.DrawFn) -> model.Scenario:
+    nodes = draw(st.integers(1, 3))
+    per_node = draw(st.sampled_from([2, 4, 8]))
+    gpus = nodes * per_node
+    window = draw(st.integers(2, 16))
+    sizes = [s for s in (1, 2, 4, 8, 16) if s <= gpus and (s <= per_node or s % per_node == 0)]
+    jobs = []
+    for i in range(draw(st.integers(0, 10))):
+        d = draw(st.integers(1, 8))
+        jobs.append({"name": f"j{i}", "type": draw(st.sampled_from(model.BATCH_TYPES)),
+                     "gpus": draw(st.sampled_from(sizes)), "duration_steps": d,
+                     "estimate_steps": draw(st.integers(1, 10)),
+                     "arrival_step": draw(st.integers(0, window)),
+                     "priority": draw(st.sampled_from([1, 2, 4, 8, 0.5]))})
+    services = []
+    for i in range(draw(st.integers(0, 2))):
+        demand = draw(st.lists(st.integers(0, gpus // 2), min_size=window, max_size=window))
+        forecast = draw(st.lists(st.integers(0, gpus // 2), min_size=window, max_size=window))
+        services.append({"name": f"s{i}", "priority": draw(st.sampled_from([1, 5, 6])),
+                         "max_swap": draw(st.integers(0, 3)), "demand": demand,
+                         "forecast": forecast})
+    return scenario_doc.parse({"version": 1, "name": "random",
+                               "cluster": {"nodes": nodes, "gpus_per_node": per_node},
+                               "step_minutes": 60, "horizon_steps": draw(st.integers(1, 24)),
+                               "duration_steps": window, "jobs": jobs, "services": services})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_scenario())
+def test_random_scenarios_every_policy_legal_and_metrics_consistent(s: model.Scenario) -> None:
+    for policy in FAST_POLICIES:
+        run = simulating.simulate(s, policy)  # check_step raises on any illegal step
+        assert legality.violations(s, run.grid) == [], policy
+        m = metrics.compute(s, run.grid)
+        again, _ = metrics.index_grid(s, run.named_grid())
+        assert metrics.compute(s, again) == m
+        assert 0 <= m.utilization <= 100
+        assert 0 <= m.realtime_service_level <= 1
