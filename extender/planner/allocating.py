@@ -24,6 +24,7 @@ The rules of MODEL.md hold by construction; the simulator checks them anyway.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ class Options:
     lookahead_cap: int = 96  # steps past now the capacity check looks at, at most
     error_memory: float = 0.7
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
+    multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
     overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room  # how fast a recent forecast miss fades with lead time
     orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
@@ -148,7 +150,9 @@ class Gpuroster:
         starving.sort(key=lambda q: q.arrival_step)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
-        for order in o.orders:
+        # Trying several orders pays on small queues; on long ones one pass is the budget.
+        orders = o.orders if len(inp.queued) <= o.multi_order_max_queue else o.orders[:1]
+        for order in orders:
             queue = starving + _ordered(rest, order)
             key = tuple(q.name for q in queue)
             if key in seen:
@@ -208,19 +212,26 @@ class Gpuroster:
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
         R = len(locked) - 1
+        # Within one pass the grid only fills up, so a job that fit nowhere rules out
+        # every later job at least as wide and as long: remember the failures.
+        failed: list[tuple[int, int]] = []
         for q in queue:
             d = min(q.estimate_steps, W)
             size = q.gpus
-            # Steps where the services' curve leaves too little room for this job.
-            short = [t for t in range(W) if slack[t] < size]
-            si = 0
+            if any(size >= fs and d >= fd for fs, fd in failed):
+                continue
+            placed = False
+            # nxt[t]: the first step >= t where the services' curve leaves too little
+            # room for this job; no start whose run covers it can work.
+            nxt = [W] * (W + 1)
+            for t in range(W - 1, -1, -1):
+                nxt[t] = t if slack[t] < size else nxt[t + 1]
             k = 0
             while k < R:
-                while si < len(short) and short[si] < k:
-                    si += 1
-                end = min(k + d, W)
-                if si < len(short) and short[si] < end:
-                    k = short[si] + 1  # no start before that step can clear it
+                end = k + d if k + d < W else W
+                blocked = nxt[k]
+                if blocked < end:
+                    k = blocked + 1
                     continue
                 busy = 0
                 for t in range(k, end):
@@ -240,7 +251,11 @@ class Gpuroster:
                     slack[t] -= size
                 cand.placed.append(_Placed(q.name, k, b))
                 cand.score += q.priority * size * (cum[end] - cum[k])
+                placed = True
                 break
+            if not placed:
+                failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
+                failed.append((size, d))
         return cand
 
 
@@ -258,26 +273,38 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
     raise ValueError(f"unknown queue order {order!r}")
 
 
+@functools.cache
+def _aligned_offsets(per_node: int, size: int) -> int:
+    return sum(1 << off for off in range(0, per_node - size + 1, size))
+
+
 def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> model.Block:
-    """Among legal start positions, the block that leaves the most useful free pool."""
+    """Among legal start positions, the block that leaves the most useful free pool:
+    the fullest node that fits (a perfect fit ends the search), a size-aligned
+    offset inside it when one is free, lower nodes on ties. Whole-node blocks
+    take the lowest run, which keeps the top for services."""
     g = c.gpus_per_node
     if size >= g:
-        # whole nodes: the lowest run (keeps the top for services and later shapes)
         return model.Block((starts & -starts).bit_length() - 1, size)
-    best: tuple[int, int, int] | None = None
-    best_start = 0
     node_full = (1 << g) - 1
-    seen = 0
-    for p in blocks.bits(starts):
-        node = p // g
-        node_free = ((free >> (node * g)) & node_full).bit_count()
-        aligned = 0 if (p % g) % size == 0 else 1
-        key = (node_free, aligned, p)
-        if best is None or key < best:
-            best, best_start = key, p
-        seen += 1
-        if seen >= 64:  # enough candidates to find a snug fit; bounded cost at scale
+    aligned = _aligned_offsets(g, size)
+    best_key: tuple[int, int] | None = None
+    best_start = 0
+    x = starts
+    for _ in range(16):  # a bounded look at candidate nodes keeps the cost flat at scale
+        if not x:
             break
+        base = ((x & -x).bit_length() - 1) // g * g
+        here = (x >> base) & node_full
+        node_free = ((free >> base) & node_full).bit_count()
+        al = here & aligned
+        pick = al if al else here
+        key = (node_free, 0 if al else 1)
+        if best_key is None or key < best_key:
+            best_key, best_start = key, base + (pick & -pick).bit_length() - 1
+            if node_free == size and al:
+                break  # fills the node's gap exactly: nothing fits better
+        x &= ~(node_full << base)
     return model.Block(best_start, size)
 
 
