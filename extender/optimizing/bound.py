@@ -187,4 +187,6 @@ def _solve(
         return BoundResult(max(primal, best), "milp-optimal", seconds, primal, binaries)
     if np.isfinite(dual):
         return BoundResult(dual, "milp-bound", seconds, primal, binaries)
-    raise RuntimeError(f"{s.name}: MILP ended {h.modelStatusToString(status)} with no bound")
+    # Stopped before any bound (a very short limit): the LP relaxation is one.
+    lp_result = _solve(s, max(1.0, time_limit_s), max_binaries, True, unit=unit)
+    return BoundResult(lp_result.value_bound, "lp", seconds + lp_result.seconds, primal, binaries)
