@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 if TYPE_CHECKING:
@@ -17,19 +18,22 @@ if TYPE_CHECKING:
 
 
 def _colours(n: int, services: int) -> ListedColormap:
-    base = plt.get_cmap("tab20").colors + plt.get_cmap("tab20b").colors + plt.get_cmap("tab20c").colors
+    base: list[Any] = []
+    for name in ("tab20", "tab20b", "tab20c"):
+        base += list(plt.get_cmap(name).colors)  # type: ignore[attr-defined]
     jobs = [base[i % len(base)] for i in range(n - services)]
     svc = [(0.15, 0.15, 0.15)] * services  # services drawn dark so troughs and peaks stand out
     return ListedColormap([(1, 1, 1)] + jobs + svc)
 
 
-def draw_grid(ax: plt.Axes, row: Row) -> None:
+def draw_grid(ax: Axes, row: Row) -> None:
     assert row.run is not None
     s = row.scenario
     grid = row.run.grid + 1  # 0 = idle (white)
     cmap = _colours(len(row.run.names) + 1, len(s.services))
-    ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0,
-              vmax=len(row.run.names))
+    ax.imshow(
+        grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(row.run.names)
+    )
     g = s.cluster.gpus_per_node
     for n in range(1, s.cluster.nodes):
         ax.axhline(n * g - 0.5, color="grey", linewidth=0.4)
@@ -50,8 +54,9 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 3.2), squeeze=False)
         for ax, p in zip(axes[0], shown, strict=True):
             draw_grid(ax, pols[p])
-        fig.suptitle(f"{name}: GPUs down, steps across, one colour per job (services dark)",
-                     fontsize=10)
+        fig.suptitle(
+            f"{name}: GPUs down, steps across, one colour per job (services dark)", fontsize=10
+        )
         fig.tight_layout()
         path = out / f"{name}.grids.png"
         fig.savefig(path, dpi=110)
@@ -65,9 +70,12 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
     x = np.arange(len(names))
     for i, p in enumerate(policy_names):
         util = [by[n][p].metrics.utilization if p in by[n] else 0 for n in names]
-        gain = [100 * (by[n][p].metrics.value / by[n]["fifo"].metrics.value - 1)
-                if p in by[n] and "fifo" in by[n] and by[n]["fifo"].metrics.value else 0
-                for n in names]
+        gain = [
+            100 * (by[n][p].metrics.value / by[n]["fifo"].metrics.value - 1)
+            if p in by[n] and "fifo" in by[n] and by[n]["fifo"].metrics.value
+            else 0
+            for n in names
+        ]
         a1.bar(x + i * width, util, width, label=p)
         a2.bar(x + i * width, gain, width, label=p)
     for a, title in ((a1, "utilization (%)"), (a2, "value vs fifo (%)")):
@@ -84,11 +92,27 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
 
     from extender import benchmarking
 
-    md = ["# gpuroster benchmark", "", "```", benchmarking.format_table(rows), "```", "",
-          benchmarking.summary(rows), "", "![summary](summary.png)", ""]
+    md = [
+        "# gpuroster benchmark",
+        "",
+        "```",
+        benchmarking.format_table(rows),
+        "```",
+        "",
+        benchmarking.summary(rows),
+        "",
+        "![summary](summary.png)",
+        "",
+    ]
     for name in names:
-        md += [f"## {name}", "", by[name][next(iter(by[name]))].scenario.description, "",
-               f"![{name}]({name}.grids.png)", ""]
+        md += [
+            f"## {name}",
+            "",
+            by[name][next(iter(by[name]))].scenario.description,
+            "",
+            f"![{name}]({name}.grids.png)",
+            "",
+        ]
     path = out / "report.md"
     path.write_text("\n".join(md), encoding="utf-8")
     written.append(path)

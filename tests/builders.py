@@ -11,9 +11,15 @@ from extender.planner import scenario as scenario_doc
 class ScenarioBuilder:
     def __init__(self, name: str = "t") -> None:
         self.doc: dict[str, Any] = {
-            "version": 1, "name": name, "description": "test",
-            "cluster": {"nodes": 1, "gpus_per_node": 8}, "step_minutes": 60,
-            "horizon_steps": 24, "duration_steps": 10, "jobs": [], "services": [],
+            "version": 1,
+            "name": name,
+            "description": "test",
+            "cluster": {"nodes": 1, "gpus_per_node": 8},
+            "step_minutes": 60,
+            "horizon_steps": 24,
+            "duration_steps": 10,
+            "jobs": [],
+            "services": [],
         }
 
     def nodes(self, n: int, per_node: int) -> ScenarioBuilder:
@@ -25,19 +31,45 @@ class ScenarioBuilder:
         self.doc["horizon_steps"] = horizon
         return self
 
-    def job(self, name: str, *, gpus: int = 1, d: int = 1, arrival: int = 0, priority: float = 1,
-            estimate: int | None = None, type: str = "training") -> ScenarioBuilder:
-        j: dict[str, Any] = {"name": name, "type": type, "gpus": gpus, "duration_steps": d,
-                             "arrival_step": arrival, "priority": priority}
+    def job(
+        self,
+        name: str,
+        *,
+        gpus: int = 1,
+        d: int = 1,
+        arrival: int = 0,
+        priority: float = 1,
+        estimate: int | None = None,
+        type: str = "training",
+    ) -> ScenarioBuilder:
+        j: dict[str, Any] = {
+            "name": name,
+            "type": type,
+            "gpus": gpus,
+            "duration_steps": d,
+            "arrival_step": arrival,
+            "priority": priority,
+        }
         if estimate is not None:
             j["estimate_steps"] = estimate
         self.doc["jobs"].append(j)
         return self
 
-    def service(self, name: str, demand: list[int], *, priority: float = 5, max_swap: int = 2,
-                forecast: list[int] | None = None) -> ScenarioBuilder:
-        s: dict[str, Any] = {"name": name, "priority": priority, "max_swap": max_swap,
-                             "demand": demand}
+    def service(
+        self,
+        name: str,
+        demand: list[int],
+        *,
+        priority: float = 5,
+        max_swap: int = 2,
+        forecast: list[int] | None = None,
+    ) -> ScenarioBuilder:
+        s: dict[str, Any] = {
+            "name": name,
+            "priority": priority,
+            "max_swap": max_swap,
+            "demand": demand,
+        }
         if forecast is not None:
             s["forecast"] = forecast
         self.doc["services"].append(s)

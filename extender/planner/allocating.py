@@ -58,8 +58,9 @@ class _Candidate:
     score: float = -math.inf
 
 
-def service_curve(v: model.ServiceState, length: int, now: int, period: int,
-                  error_memory: float) -> list[int]:
+def service_curve(
+    v: model.ServiceState, length: int, now: int, period: int, error_memory: float
+) -> list[int]:
     """GPUs the plan holds for a service at steps now .. now+length-1."""
     f = list(v.forecast[:length])
     while len(f) < length:  # continue the daily pattern past the forecast's end
@@ -69,7 +70,7 @@ def service_curve(v: model.ServiceState, length: int, now: int, period: int,
         miss = v.past_demand[-1] - v.past_forecast[-1]
         if miss > 0:
             for k in range(length):
-                extra = miss * error_memory ** k
+                extra = miss * error_memory**k
                 if extra < 0.5:
                     break
                 f[k] += math.ceil(extra - 0.5)
@@ -118,8 +119,10 @@ class Gpuroster:
                 overrun[k] += r.gpus
 
         # Services: their curves, and the capacity they leave for batch work.
-        curves = {v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory)
-                  for v in inp.services}
+        curves = {
+            v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory)
+            for v in inp.services
+        }
         capacity = [c.gpus - unavailable.bit_count()] * W
         for curve in curves.values():
             for k in range(W):
@@ -135,15 +138,16 @@ class Gpuroster:
         for v in inp.services:
             want = curves[v.name][0]
             cap = None if now == 0 else v.max_swap
-            first = min(max(0, len(v.current_gpus) - want),
-                        scaling.releasable(v.current_gpus, want, cap))
+            first = min(
+                max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap)
+            )
             pace = len(v.current_gpus) if cap is None else max(0, v.max_swap // 2)
-            order = sorted(v.current_gpus)
+            ascending = sorted(v.current_gpus)
             for k in range(R + 1):
-                gone = min(len(order), first + k * pace)
-                if gone == len(order):
+                gone = min(len(ascending), first + k * pace)
+                if gone == len(ascending):
                     break
-                locked[k] |= blocks.mask_of(frozenset(order[gone:]))
+                locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
 
         starving = [q for q in inp.queued if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in inp.queued if now - q.arrival_step < o.max_wait_steps]
@@ -188,8 +192,9 @@ class Gpuroster:
         for v in sorted(inp.services, key=lambda v: -v.priority):
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap
-            gpus = scaling.assign(v.current_gpus, curves[v.name][0], idle | own, cap,
-                                  avoid=wanted_soon)
+            gpus = scaling.assign(
+                v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon
+            )
             plan.service_gpus[v.name] = gpus
             idle &= ~blocks.mask_of(gpus)
             plan.service_counts[v.name] = tuple(curves[v.name][:H])
@@ -197,8 +202,17 @@ class Gpuroster:
 
     # --- one queue order ----------------------------------------------------------
 
-    def _place(self, queue: list[model.QueuedJob], occ0: list[int], capacity: list[int],
-               locked: list[int], n_unavailable: int, c: model.Cluster, H: int, W: int) -> _Candidate:
+    def _place(
+        self,
+        queue: list[model.QueuedJob],
+        occ0: list[int],
+        capacity: list[int],
+        locked: list[int],
+        n_unavailable: int,
+        c: model.Cluster,
+        H: int,
+        W: int,
+    ) -> _Candidate:
         o = self.options
         occ = occ0[:]
         # Capacity already excludes unavailable GPUs; count only batch work against it.

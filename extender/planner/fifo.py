@@ -17,7 +17,11 @@ def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
     top = inp.cluster.gpus
     out: dict[str, frozenset[int]] = {}
     for v in inp.services:
-        size = v.reservation if v.reservation is not None else max(v.forecast[: inp.horizon], default=0)
+        size = (
+            v.reservation
+            if v.reservation is not None
+            else max(v.forecast[: inp.horizon], default=0)
+        )
         size = max(0, min(size, top))
         out[v.name] = frozenset(range(top - size, top))
         top -= size
@@ -42,8 +46,11 @@ class Fifo:
         for q in queue:
             b = blocks.lowest(free, q.gpus, c)
             if b is None:
-                plan.reasons[q.name] = "waiting behind the head of the fifo queue" \
-                    if q is not queue[0] else "no free block of this size"
+                plan.reasons[q.name] = (
+                    "waiting behind the head of the fifo queue"
+                    if q is not queue[0]
+                    else "no free block of this size"
+                )
                 break
             plan.starts[q.name] = b
             free &= ~b.mask

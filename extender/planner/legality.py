@@ -39,15 +39,19 @@ def violations(s: model.Scenario, grid: np.ndarray) -> list[str]:
         if start < j.arrival_step:
             out.append(f"{j.name}: starts at step {start}, before its arrival {j.arrival_step}")
         if len(steps) != expected or int(steps[-1]) != start + expected - 1:
-            out.append(f"{j.name}: runs {len(steps)} steps from {start} "
-                       f"(steps {int(steps[0])}..{int(steps[-1])}), must run "
-                       f"{expected} consecutive steps (true duration {j.duration_steps})")
+            out.append(
+                f"{j.name}: runs {len(steps)} steps from {start} "
+                f"(steps {int(steps[0])}..{int(steps[-1])}), must run "
+                f"{expected} consecutive steps (true duration {j.duration_steps})"
+            )
         first = np.flatnonzero(grid[:, start] == i)
         lo, size = int(first[0]), len(first)
         block = model.Block(lo, size)
         if size != j.gpus or int(first[-1]) != lo + size - 1 or not block.is_legal(s.cluster):
-            out.append(f"{j.name}: holds GPUs {first.tolist()} at step {start}, not a legal "
-                       f"contiguous block of {j.gpus}")
+            out.append(
+                f"{j.name}: holds GPUs {first.tolist()} at step {start}, not a legal "
+                f"contiguous block of {j.gpus}"
+            )
             continue
         for t in steps:
             now = np.flatnonzero(grid[:, t] == i)
@@ -59,8 +63,10 @@ def violations(s: model.Scenario, grid: np.ndarray) -> list[str]:
         for t in range(1, T):
             swapped = int(np.count_nonzero(held[:, t] != held[:, t - 1]))
             if swapped > v.max_swap:
-                out.append(f"{v.name}: swaps {swapped} GPUs between steps {t - 1} and {t} "
-                           f"(max_swap {v.max_swap})")
+                out.append(
+                    f"{v.name}: swaps {swapped} GPUs between steps {t - 1} and {t} "
+                    f"(max_swap {v.max_swap})"
+                )
     return out
 
 

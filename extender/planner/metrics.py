@@ -42,7 +42,9 @@ class Metrics:
         return d
 
 
-def index_grid(s: model.Scenario, grid: Sequence[Sequence[str | None]]) -> tuple[np.ndarray, list[str]]:
+def index_grid(
+    s: model.Scenario, grid: Sequence[Sequence[str | None]]
+) -> tuple[np.ndarray, list[str]]:
     """Names grid (as in result files) -> (int grid, names). Unknown names raise ValueError."""
     names = [j.name for j in s.jobs] + [v.name for v in s.services]
     index = {n: i for i, n in enumerate(names)}
@@ -105,8 +107,15 @@ def compute(s: model.Scenario, grid: np.ndarray) -> Metrics:
     waits = []
     for p in sorted(by_priority):
         w = np.array([x for x, _ in by_priority[p]], dtype=np.float64)
-        waits.append(WaitStats(p, len(w), sum(1 for _, ok in by_priority[p] if ok),
-                               float(w.mean()), float(np.percentile(w, 95))))
+        waits.append(
+            WaitStats(
+                p,
+                len(w),
+                sum(1 for _, ok in by_priority[p] if ok),
+                float(w.mean()),
+                float(np.percentile(w, 95)),
+            )
+        )
     return Metrics(
         utilization=100.0 * useful / (N * T) if N * T else 0.0,
         value=value,

@@ -40,7 +40,9 @@ class PrioritySkip:
         for v in inp.services:
             target = v.past_demand[-1] if v.past_demand else (v.forecast[0] if v.forecast else 0)
             cap = None if inp.now == 0 else v.max_swap
-            gpus = scaling.assign(v.current_gpus, target, free | blocks.mask_of(v.current_gpus), cap)
+            gpus = scaling.assign(
+                v.current_gpus, target, free | blocks.mask_of(v.current_gpus), cap
+            )
             plan.service_gpus[v.name] = gpus
             free &= ~blocks.mask_of(gpus)
         for q in _priority_order(inp.queued):
@@ -105,8 +107,9 @@ class PriorityEasy:
         return plan
 
 
-def _backfill_block(free: int, q: model.QueuedJob, now: int, shadow: int,
-                    head: model.Block, c: model.Cluster) -> model.Block | None:
+def _backfill_block(
+    free: int, q: model.QueuedJob, now: int, shadow: int, head: model.Block, c: model.Cluster
+) -> model.Block | None:
     if now + q.estimate_steps <= shadow:
         return blocks.lowest(free, q.gpus, c)
     return blocks.lowest(free & ~head.mask, q.gpus, c)

@@ -47,5 +47,7 @@ def create(name: str, **options: Any) -> Policy:
     try:
         factory = _FACTORIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(_FACTORIES))}") from None
+        raise ValueError(
+            f"unknown policy {name!r}; known: {', '.join(sorted(_FACTORIES))}"
+        ) from None
     return factory(**options)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from extender.planner import blocks
 
 
-def assign(current: frozenset[int], target: int, free: int, max_swap: int | None,
-           avoid: int = 0) -> frozenset[int]:
+def assign(
+    current: frozenset[int], target: int, free: int, max_swap: int | None, avoid: int = 0
+) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
     `free` is the mask of GPUs the service may hold (its current GPUs that no

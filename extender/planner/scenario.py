@@ -41,8 +41,15 @@ class _Checker:
     def fail(self, field: str, reason: str) -> None:
         self.problems.append(Problem(field, reason))
 
-    def integer(self, obj: Mapping[str, Any], key: str, where: str, *, minimum: int,
-                default: int | None = None) -> int | None:
+    def integer(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        where: str,
+        *,
+        minimum: int,
+        default: int | None = None,
+    ) -> int | None:
         field = f"{where}.{key}" if where else key
         if key not in obj:
             if default is not None:
@@ -80,8 +87,9 @@ class _Checker:
             return None
         return value
 
-    def curve(self, obj: Mapping[str, Any], key: str, where: str, length: int | None,
-              *, required: bool) -> tuple[int, ...] | None:
+    def curve(
+        self, obj: Mapping[str, Any], key: str, where: str, length: int | None, *, required: bool
+    ) -> tuple[int, ...] | None:
         field = f"{where}.{key}"
         if key not in obj:
             if required:
@@ -91,14 +99,19 @@ class _Checker:
         if not isinstance(value, list):
             self.fail(field, f"must be a list of non-negative integers, got {type(value).__name__}")
             return None
-        bad = [i for i, v in enumerate(value)
-               if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+        bad = [
+            i for i, v in enumerate(value) if isinstance(v, bool) or not isinstance(v, int) or v < 0
+        ]
         if bad:
-            self.fail(field, f"entry {bad[0]} must be a non-negative integer, got {value[bad[0]]!r}")
+            self.fail(
+                field, f"entry {bad[0]} must be a non-negative integer, got {value[bad[0]]!r}"
+            )
             return None
         if length is not None and len(value) < length:
-            self.fail(field, f"has {len(value)} entries, shorter than the window "
-                             f"(duration_steps = {length})")
+            self.fail(
+                field,
+                f"has {len(value)} entries, shorter than the window (duration_steps = {length})",
+            )
             return None
         return tuple(value)
 
@@ -168,22 +181,38 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
             elif cluster is not None:
                 g = cluster.gpus_per_node
                 if gpus > cluster.gpus:
-                    c.fail(f"{where}.gpus", f"{gpus} GPUs is larger than the cluster "
-                                            f"({cluster.gpus} GPUs)")
+                    c.fail(
+                        f"{where}.gpus",
+                        f"{gpus} GPUs is larger than the cluster ({cluster.gpus} GPUs)",
+                    )
                     gpus = None
                 elif gpus > g and gpus % g:
-                    c.fail(f"{where}.gpus", f"{gpus} GPUs is more than a node ({g}) but not "
-                                            "a whole number of nodes")
+                    c.fail(
+                        f"{where}.gpus",
+                        f"{gpus} GPUs is more than a node ({g}) but not a whole number of nodes",
+                    )
                     gpus = None
         duration = c.integer(raw, "duration_steps", where, minimum=1)
-        estimate = c.integer(raw, "estimate_steps", where, minimum=1,
-                             default=duration if duration is not None else 1)
+        estimate = c.integer(
+            raw, "estimate_steps", where, minimum=1, default=duration if duration is not None else 1
+        )
         arrival = c.integer(raw, "arrival_step", where, minimum=0)
         priority = c.number(raw, "priority", where)
-        if None not in (job_name, gpus, duration, estimate, arrival, priority) and \
-                kind in model.BATCH_TYPES:
-            jobs.append(model.Job(str(job_name), str(kind), int(gpus or 0), int(duration or 0),
-                                  int(estimate or 0), int(arrival or 0), float(priority or 0)))
+        if (
+            None not in (job_name, gpus, duration, estimate, arrival, priority)
+            and kind in model.BATCH_TYPES
+        ):
+            jobs.append(
+                model.Job(
+                    str(job_name),
+                    str(kind),
+                    int(gpus or 0),
+                    int(duration or 0),
+                    int(estimate or 0),
+                    int(arrival or 0),
+                    float(priority or 0),
+                )
+            )
 
     services: list[model.Service] = []
     raw_services = data.get("services", [])
@@ -207,14 +236,30 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
         forecast = c.curve(raw, "forecast", where, window, required=False)
         if None not in (svc_name, priority, max_swap, demand):
             assert demand is not None
-            services.append(model.Service(str(svc_name), float(priority or 0), int(max_swap or 0),
-                                          demand, forecast if forecast is not None else demand))
+            services.append(
+                model.Service(
+                    str(svc_name),
+                    float(priority or 0),
+                    int(max_swap or 0),
+                    demand,
+                    forecast if forecast is not None else demand,
+                )
+            )
 
     if c.problems:
         raise ScenarioError(source, c.problems)
     assert name and cluster and step_minutes and horizon and window
-    return model.Scenario(name, description, cluster, step_minutes, horizon, window,
-                          tuple(jobs), tuple(services), source)
+    return model.Scenario(
+        name,
+        description,
+        cluster,
+        step_minutes,
+        horizon,
+        window,
+        tuple(jobs),
+        tuple(services),
+        source,
+    )
 
 
 def to_document(s: model.Scenario) -> dict[str, Any]:
@@ -228,14 +273,25 @@ def to_document(s: model.Scenario) -> dict[str, Any]:
         "horizon_steps": s.horizon_steps,
         "duration_steps": s.duration_steps,
         "jobs": [
-            {"name": j.name, "type": j.type, "gpus": j.gpus, "duration_steps": j.duration_steps,
-             "estimate_steps": j.estimate_steps, "arrival_step": j.arrival_step,
-             "priority": _num(j.priority)}
+            {
+                "name": j.name,
+                "type": j.type,
+                "gpus": j.gpus,
+                "duration_steps": j.duration_steps,
+                "estimate_steps": j.estimate_steps,
+                "arrival_step": j.arrival_step,
+                "priority": _num(j.priority),
+            }
             for j in s.jobs
         ],
         "services": [
-            {"name": v.name, "priority": _num(v.priority), "max_swap": v.max_swap,
-             "demand": list(v.demand), "forecast": list(v.forecast)}
+            {
+                "name": v.name,
+                "priority": _num(v.priority),
+                "max_swap": v.max_swap,
+                "demand": list(v.demand),
+                "forecast": list(v.forecast),
+            }
             for v in s.services
         ],
     }
@@ -243,5 +299,3 @@ def to_document(s: model.Scenario) -> dict[str, Any]:
 
 def _num(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
-
-

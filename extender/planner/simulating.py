@@ -43,7 +43,7 @@ class Run:
 
 def extend_curve(curve: tuple[int, ...], start: int, length: int, period: int) -> tuple[int, ...]:
     """curve[start : start+length], continued past its end by repeating the last period."""
-    out = list(curve[start:start + length])
+    out = list(curve[start : start + length])
     n = len(curve)
     while len(out) < length:
         t = start + len(out)
@@ -52,13 +52,19 @@ def extend_curve(curve: tuple[int, ...], start: int, length: int, period: int) -
     return tuple(out)
 
 
-def plan_input(s: model.Scenario, t: int, running: dict[str, tuple[model.Job, model.Block, int]],
-               started: set[str], service_sets: dict[str, frozenset[int]]) -> model.PlanInput:
+def plan_input(
+    s: model.Scenario,
+    t: int,
+    running: dict[str, tuple[model.Job, model.Block, int]],
+    started: set[str],
+    service_sets: dict[str, frozenset[int]],
+) -> model.PlanInput:
     H = s.horizon_steps
     period = s.steps_per_day
     queued = tuple(
         model.QueuedJob(j.name, j.gpus, j.estimate_steps, j.arrival_step, j.priority, j.type)
-        for j in s.jobs if j.arrival_step <= t and j.name not in started
+        for j in s.jobs
+        if j.arrival_step <= t and j.name not in started
     )
     run = tuple(
         model.RunningJob(j.name, j.gpus, b, start, j.estimate_steps, j.priority, j.type)
@@ -67,7 +73,9 @@ def plan_input(s: model.Scenario, t: int, running: dict[str, tuple[model.Job, mo
     window = s.duration_steps
     services = tuple(
         model.ServiceState(
-            name=v.name, priority=v.priority, max_swap=v.max_swap,
+            name=v.name,
+            priority=v.priority,
+            max_swap=v.max_swap,
             forecast=extend_curve(v.forecast, t, 2 * H, period),
             past_demand=v.demand[:t],
             current_gpus=service_sets.get(v.name, frozenset()),
@@ -110,18 +118,25 @@ def check_step(inp: model.PlanInput, plan: model.Plan) -> None:
         if inp.now > 0:
             swapped = len(gpus ^ v.current_gpus)
             if swapped > v.max_swap:
-                raise IllegalPlan(f"step {inp.now}: {name!r} swaps {swapped} GPUs "
-                                  f"(max_swap {v.max_swap})")
+                raise IllegalPlan(
+                    f"step {inp.now}: {name!r} swaps {swapped} GPUs (max_swap {v.max_swap})"
+                )
     if inp.now > 0:
         for v in inp.services:
             if v.name not in plan.service_gpus and len(v.current_gpus) > v.max_swap:
-                raise IllegalPlan(f"step {inp.now}: {v.name!r} dropped {len(v.current_gpus)} GPUs "
-                                  f"(max_swap {v.max_swap})")
+                raise IllegalPlan(
+                    f"step {inp.now}: {v.name!r} dropped {len(v.current_gpus)} GPUs "
+                    f"(max_swap {v.max_swap})"
+                )
 
 
-def simulate(s: model.Scenario, policy: policies.Policy | str, *,
-             keep_plans: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> Run:
+def simulate(
+    s: model.Scenario,
+    policy: policies.Policy | str,
+    *,
+    keep_plans: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Run:
     """Run `policy` over the scenario's window and return the committed grid."""
     pol = policies.create(policy) if isinstance(policy, str) else policy
     N, T = s.cluster.gpus, s.duration_steps
@@ -150,7 +165,7 @@ def simulate(s: model.Scenario, policy: policies.Policy | str, *,
             out.starts[name] = (t, b)
         service_sets = {v.name: plan.service_gpus.get(v.name, frozenset()) for v in s.services}
         for name, (_, b, _) in running.items():
-            grid[b.start:b.end, t] = index[name]
+            grid[b.start : b.end, t] = index[name]
         for name, gpus in service_sets.items():
             if gpus:
                 grid[sorted(gpus), t] = index[name]

@@ -14,8 +14,17 @@ import yaml
 from extender.planner import model
 from extender.planner.scenario import Problem, ScenarioError, parse, to_document
 
-__all__ = ["Problem", "ScenarioError", "builtin_dir", "builtin_names", "dump", "load", "parse",
-           "resolve", "to_document"]
+__all__ = [
+    "Problem",
+    "ScenarioError",
+    "builtin_dir",
+    "builtin_names",
+    "dump",
+    "load",
+    "parse",
+    "resolve",
+    "to_document",
+]
 
 
 def load(path: str | Path) -> model.Scenario:
@@ -25,12 +34,20 @@ def load(path: str | Path) -> model.Scenario:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
-        raise ScenarioError(source, [Problem("<file>", f"cannot be read: {e.strerror or e}")]) from e
+        raise ScenarioError(
+            source, [Problem("<file>", f"cannot be read: {e.strerror or e}")]
+        ) from e
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ScenarioError(source, [Problem("<document>", f"is not valid "
-                                             f"{'JSON' if p.suffix == '.json' else 'YAML'}: {e}")]) from e
+        raise ScenarioError(
+            source,
+            [
+                Problem(
+                    "<document>", f"is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}"
+                )
+            ],
+        ) from e
     return parse(data, source)
 
 
@@ -40,8 +57,10 @@ def dump(s: model.Scenario, path: str | Path) -> None:
     if p.suffix == ".json":
         p.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     else:
-        p.write_text(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120),
-                     encoding="utf-8")
+        p.write_text(
+            yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120),
+            encoding="utf-8",
+        )
 
 
 def builtin_dir() -> Path:
@@ -61,5 +80,13 @@ def resolve(name_or_path: str) -> Path:
     candidate = builtin_dir() / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
-    raise ScenarioError(name_or_path, [Problem("<file>", "no such file and no shipped scenario "
-                                               f"of that name (shipped: {', '.join(builtin_names())})")])
+    raise ScenarioError(
+        name_or_path,
+        [
+            Problem(
+                "<file>",
+                "no such file and no shipped scenario "
+                f"of that name (shipped: {', '.join(builtin_names())})",
+            )
+        ],
+    )

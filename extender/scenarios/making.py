@@ -11,23 +11,79 @@ reservation leaves free, so the baseline can run everything eventually.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from extender import scenarios
 from extender.planner import model
 
+K = TypeVar("K")
+
 # Hourly shapes, midnight first, as a fraction of the daily peak.
-CODE_ASSIST = (0.12, 0.1, 0.1, 0.1, 0.1, 0.12, 0.2, 0.4, 0.7, 0.95, 1.0, 1.0,
-               0.9, 0.95, 1.0, 0.9, 0.7, 0.45, 0.3, 0.25, 0.2, 0.18, 0.15, 0.12)
-CHAT = (0.55, 0.5, 0.48, 0.46, 0.46, 0.5, 0.55, 0.62, 0.7, 0.78, 0.85, 0.9,
-        0.95, 0.95, 0.92, 0.9, 0.9, 0.92, 0.97, 1.0, 1.0, 0.9, 0.75, 0.62)
+CODE_ASSIST = (
+    0.12,
+    0.1,
+    0.1,
+    0.1,
+    0.1,
+    0.12,
+    0.2,
+    0.4,
+    0.7,
+    0.95,
+    1.0,
+    1.0,
+    0.9,
+    0.95,
+    1.0,
+    0.9,
+    0.7,
+    0.45,
+    0.3,
+    0.25,
+    0.2,
+    0.18,
+    0.15,
+    0.12,
+)
+CHAT = (
+    0.55,
+    0.5,
+    0.48,
+    0.46,
+    0.46,
+    0.5,
+    0.55,
+    0.62,
+    0.7,
+    0.78,
+    0.85,
+    0.9,
+    0.95,
+    0.95,
+    0.92,
+    0.9,
+    0.9,
+    0.92,
+    0.97,
+    1.0,
+    1.0,
+    0.9,
+    0.75,
+    0.62,
+)
 
 
-def curve(shape: Sequence[float], peak: int, days: int, weekend_factor: float = 1.0,
-          weekend_days: Sequence[int] = ()) -> list[int]:
-    out = []
+def curve(
+    shape: Sequence[float],
+    peak: int,
+    days: int,
+    weekend_factor: float = 1.0,
+    weekend_days: Sequence[int] = (),
+) -> list[int]:
+    out: list[int] = []
     for d in range(days):
         f = weekend_factor if d in weekend_days else 1.0
         out.extend(max(0, round(peak * f * x)) for x in shape)
@@ -37,107 +93,164 @@ def curve(shape: Sequence[float], peak: int, days: int, weekend_factor: float = 
 @dataclass
 class JobMix:
     count: int
-    sizes: dict[int, float]
+    sizes: Mapping[int, float]
     hours: tuple[float, float]  # log-uniform true duration range
     arrivals: tuple[int, int]
-    priorities: dict[float, float]
-    types: dict[str, float]
+    priorities: Mapping[float, float]
+    types: Mapping[str, float]
     estimate_error: float = 0.0  # estimate = true x U(1 - e, 1 + e)
     prefix: str = "job"
 
 
-def _pick(rng: random.Random, weights: dict[object, float]) -> object:
+def _pick(rng: random.Random, weights: Mapping[K, float]) -> K:
     keys = list(weights)
     return rng.choices(keys, weights=[weights[k] for k in keys])[0]
 
 
-def jobs(rng: random.Random, mix: JobMix) -> list[dict[str, object]]:
-    out = []
+def jobs(rng: random.Random, mix: JobMix) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for i in range(mix.count):
         lo, hi = mix.hours
         true = max(1, round(lo * (hi / lo) ** rng.random()))
         est = true
         if mix.estimate_error:
             est = max(1, round(true * rng.uniform(1 - mix.estimate_error, 1 + mix.estimate_error)))
-        kind = str(_pick(rng, dict(mix.types)))
-        out.append({
-            "name": f"{mix.prefix}-{i:02d}",
-            "type": kind,
-            "gpus": int(_pick(rng, dict(mix.sizes))),  # type: ignore[call-overload]
-            "duration_steps": true,
-            "estimate_steps": est,
-            "arrival_step": rng.randint(*mix.arrivals),
-            "priority": _pick(rng, dict(mix.priorities)),
-        })
-    out.sort(key=lambda j: (j["arrival_step"], j["name"]))  # type: ignore[arg-type, return-value]
+        kind = _pick(rng, mix.types)
+        out.append(
+            {
+                "name": f"{mix.prefix}-{i:02d}",
+                "type": kind,
+                "gpus": _pick(rng, mix.sizes),
+                "duration_steps": true,
+                "estimate_steps": est,
+                "arrival_step": rng.randint(*mix.arrivals),
+                "priority": _pick(rng, mix.priorities),
+            }
+        )
+    out.sort(key=lambda j: (int(j["arrival_step"]), str(j["name"])))
     return out
 
 
-def service(name: str, priority: float, max_swap: int, demand: list[int],
-            forecast: list[int] | None = None) -> dict[str, object]:
-    d: dict[str, object] = {"name": name, "priority": priority, "max_swap": max_swap,
-                            "demand": demand}
+def service(
+    name: str, priority: float, max_swap: int, demand: list[int], forecast: list[int] | None = None
+) -> dict[str, Any]:
+    d: dict[str, object] = {
+        "name": name,
+        "priority": priority,
+        "max_swap": max_swap,
+        "demand": demand,
+    }
     if forecast is not None:
         d["forecast"] = forecast
     return d
 
 
-def doc(name: str, description: str, nodes: int, per_node: int, job_list: list[dict[str, object]],
-        services: list[dict[str, object]], window: int = 48) -> dict[str, object]:
-    return {"version": 1, "name": name, "description": description,
-            "cluster": {"nodes": nodes, "gpus_per_node": per_node}, "step_minutes": 60,
-            "horizon_steps": 24, "duration_steps": window, "jobs": job_list, "services": services}
+def doc(
+    name: str,
+    description: str,
+    nodes: int,
+    per_node: int,
+    job_list: list[dict[str, Any]],
+    services: list[dict[str, Any]],
+    window: int = 48,
+) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "name": name,
+        "description": description,
+        "cluster": {"nodes": nodes, "gpus_per_node": per_node},
+        "step_minutes": 60,
+        "horizon_steps": 24,
+        "duration_steps": window,
+        "jobs": job_list,
+        "services": services,
+    }
 
 
 TRAIN = {"training": 1.0}
 ALL_BATCH = {"training": 0.45, "batch-inference": 0.35, "quantization": 0.2}
-PRIOS = {1: 0.35, 2: 0.3, 4: 0.2, 8: 0.15}
+PRIOS: dict[float, float] = {1: 0.35, 2: 0.3, 4: 0.2, 8: 0.15}
 
 
-def training_heavy() -> dict[str, object]:
+def training_heavy() -> dict[str, Any]:
     rng = random.Random(101)
     mix = JobMix(22, {1: 0.2, 2: 0.4, 4: 0.4}, (2, 24), (0, 24), PRIOS, TRAIN, prefix="train")
-    return doc("training-heavy",
-               "8 GPUs, training queue behind a coding assistant whose 2-hour peak fifo reserves all day",
-               1, 8, jobs(rng, mix),
-               [service("code-assist", 6, 2, curve(CODE_ASSIST, 4, 2))])
+    return doc(
+        "training-heavy",
+        "8 GPUs, training queue behind a coding assistant whose 2-hour peak fifo reserves all day",
+        1,
+        8,
+        jobs(rng, mix),
+        [service("code-assist", 6, 2, curve(CODE_ASSIST, 4, 2))],
+    )
 
 
-def mixed_control() -> dict[str, object]:
+def mixed_control() -> dict[str, Any]:
     rng = random.Random(202)
     train = JobMix(10, {2: 0.3, 4: 0.4, 8: 0.3}, (6, 24), (0, 24), PRIOS, TRAIN, 0.3, "train")
-    batch = JobMix(10, {1: 0.4, 2: 0.3, 4: 0.3}, (2, 6), (0, 30), PRIOS,
-                   {"batch-inference": 1.0}, 0.3, "batch")
+    batch = JobMix(
+        10, {1: 0.4, 2: 0.3, 4: 0.3}, (2, 6), (0, 30), PRIOS, {"batch-inference": 1.0}, 0.3, "batch"
+    )
     quant = JobMix(8, {1: 0.6, 2: 0.4}, (1, 3), (0, 30), PRIOS, {"quantization": 1.0}, 0.3, "quant")
-    return doc("mixed-control",
-               "16 GPUs, all four workload types: training, batch inference, quantization, two services",
-               2, 8, jobs(rng, train) + jobs(rng, batch) + jobs(rng, quant),
-               [service("chat", 5, 2, curve(CHAT, 4, 2)),
-                service("code-assist", 6, 2, curve(CODE_ASSIST, 3, 2))])
+    return doc(
+        "mixed-control",
+        "16 GPUs, all four workload types: training, batch inference, quantization, two services",
+        2,
+        8,
+        jobs(rng, train) + jobs(rng, batch) + jobs(rng, quant),
+        [
+            service("chat", 5, 2, curve(CHAT, 4, 2)),
+            service("code-assist", 6, 2, curve(CODE_ASSIST, 3, 2)),
+        ],
+    )
 
 
-def priority_inversion() -> dict[str, object]:
+def priority_inversion() -> dict[str, Any]:
     rng = random.Random(303)
-    early = JobMix(8, {2: 0.3, 4: 0.4, 8: 0.3}, (12, 36), (0, 4), {1: 1.0}, TRAIN, 0.2, "bulk")
-    urgent = JobMix(12, {1: 0.3, 2: 0.3, 4: 0.4}, (2, 8), (3, 30), {4: 0.5, 8: 0.5},
-                    {"training": 0.3, "batch-inference": 0.5, "quantization": 0.2}, 0.2, "urgent")
-    return doc("priority-inversion",
-               "16 GPUs, long low-priority training queued first, valuable short work arriving behind it",
-               2, 8, jobs(rng, early) + jobs(rng, urgent),
-               [service("chat", 5, 2, curve(CHAT, 4, 2))])
+    early = JobMix(8, {2: 0.3, 4: 0.4, 8: 0.3}, (12, 36), (0, 4), {1.0: 1.0}, TRAIN, 0.2, "bulk")
+    urgent = JobMix(
+        12,
+        {1: 0.3, 2: 0.3, 4: 0.4},
+        (2, 8),
+        (3, 30),
+        {4.0: 0.5, 8.0: 0.5},
+        {"training": 0.3, "batch-inference": 0.5, "quantization": 0.2},
+        0.2,
+        "urgent",
+    )
+    return doc(
+        "priority-inversion",
+        "16 GPUs, long low-priority training queued first, valuable short work arriving behind it",
+        2,
+        8,
+        jobs(rng, early) + jobs(rng, urgent),
+        [service("chat", 5, 2, curve(CHAT, 4, 2))],
+    )
 
 
-def fragmentation() -> dict[str, object]:
+def fragmentation() -> dict[str, Any]:
     rng = random.Random(404)
-    mix = JobMix(36, {1: 0.35, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1}, (3, 30), (0, 30), PRIOS,
-                 ALL_BATCH, 0.25, "job")
-    return doc("fragmentation",
-               "32 GPUs, gangs from 1 GPU to two whole nodes: fifo's first-fit strands shapes",
-               4, 8, jobs(rng, mix),
-               [service("chat", 5, 2, curve(CHAT, 6, 2))])
+    mix = JobMix(
+        36,
+        {1: 0.35, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1},
+        (3, 30),
+        (0, 30),
+        PRIOS,
+        ALL_BATCH,
+        0.25,
+        "job",
+    )
+    return doc(
+        "fragmentation",
+        "32 GPUs, gangs from 1 GPU to two whole nodes: fifo's first-fit strands shapes",
+        4,
+        8,
+        jobs(rng, mix),
+        [service("chat", 5, 2, curve(CHAT, 6, 2))],
+    )
 
 
-def forecast_error() -> dict[str, object]:
+def forecast_error() -> dict[str, Any]:
     rng = random.Random(505)
     mix = JobMix(26, {1: 0.3, 2: 0.3, 4: 0.3, 8: 0.1}, (3, 24), (0, 30), PRIOS, ALL_BATCH, 0.3)
     chat_fc = curve(CHAT, 5, 2)
@@ -150,35 +263,60 @@ def forecast_error() -> dict[str, object]:
         code[t] = max(1, code_fc[t] // 2)
     for t in range(2, 5):  # a night batch of API calls nobody forecast
         code[t] = code_fc[t] + 2
-    return doc("forecast-error",
-               "16 GPUs, forecasts wrong both ways: an 8-hour launch spike, a missed peak, a night burst",
-               2, 8, jobs(rng, mix),
-               [service("chat", 5, 2, chat, chat_fc), service("code-assist", 6, 2, code, code_fc)])
+    return doc(
+        "forecast-error",
+        "16 GPUs, forecasts wrong both ways: an 8-hour launch spike, a missed peak, a night burst",
+        2,
+        8,
+        jobs(rng, mix),
+        [service("chat", 5, 2, chat, chat_fc), service("code-assist", 6, 2, code, code_fc)],
+    )
 
 
-def uniform_priority() -> dict[str, object]:
+def uniform_priority() -> dict[str, Any]:
     d = mixed_control()
     d["name"] = "uniform-priority"
     d["description"] = "mixed-control with every priority equal: any gain comes from planning alone"
-    for j in d["jobs"]:  # type: ignore[attr-defined]
+    for j in d["jobs"]:
         j["priority"] = 1
-    for s in d["services"]:  # type: ignore[attr-defined]
+    for s in d["services"]:
         s["priority"] = 1
     return d
 
 
-def scale_test() -> dict[str, object]:
+def scale_test() -> dict[str, Any]:
     rng = random.Random(707)
-    mix = JobMix(30, {1: 0.3, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1, 32: 0.05}, (4, 60), (0, 24), PRIOS,
-                 ALL_BATCH, 0.3)
-    return doc("scale-test", "64 GPUs and 30 jobs with slack: gains must not cost anything at scale",
-               8, 8, jobs(rng, mix),
-               [service("chat", 5, 4, curve(CHAT, 8, 2)),
-                service("code-assist", 6, 4, curve(CODE_ASSIST, 8, 2))])
+    mix = JobMix(
+        30,
+        {1: 0.3, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1, 32: 0.05},
+        (4, 60),
+        (0, 24),
+        PRIOS,
+        ALL_BATCH,
+        0.3,
+    )
+    return doc(
+        "scale-test",
+        "64 GPUs and 30 jobs with slack: gains must not cost anything at scale",
+        8,
+        8,
+        jobs(rng, mix),
+        [
+            service("chat", 5, 4, curve(CHAT, 8, 2)),
+            service("code-assist", 6, 4, curve(CODE_ASSIST, 8, 2)),
+        ],
+    )
 
 
-ALL = (training_heavy, mixed_control, priority_inversion, fragmentation, forecast_error,
-       uniform_priority, scale_test)
+ALL = (
+    training_heavy,
+    mixed_control,
+    priority_inversion,
+    fragmentation,
+    forecast_error,
+    uniform_priority,
+    scale_test,
+)
 
 
 def build() -> list[model.Scenario]:

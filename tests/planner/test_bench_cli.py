@@ -10,11 +10,24 @@ import pytest
 from extender import cli
 
 
-def test_bench_prints_the_table_and_writes_checkable_results(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_prints_the_table_and_writes_checkable_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    assert cli.main(["bench", "training-heavy", "--policies", "fifo,gpuroster", "--out", str(out),
-                     "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "training-heavy",
+                "--policies",
+                "fifo,gpuroster",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert "training-heavy" in table and "gpuroster" in table and "Δpts" in table
     doc = json.loads((out / "training-heavy.gpuroster.json").read_text())
@@ -40,13 +53,16 @@ def test_bench_prints_the_table_and_writes_checkable_results(tmp_path: Path,
     assert cli.main(["check", "training-heavy", str(forged)]) == 1
 
 
-def test_bench_refuses_bad_scenarios_before_running_anything(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_refuses_bad_scenarios_before_running_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nname: bad\ncluster: {nodes: 1, gpus_per_node: 8}\n"
-                   "step_minutes: 60\nhorizon_steps: 24\nduration_steps: 4\n"
-                   "jobs: [{name: a, type: training, gpus: 3, duration_steps: 1, "
-                   "arrival_step: 0, priority: 1}]\n")
+    bad.write_text(
+        "version: 1\nname: bad\ncluster: {nodes: 1, gpus_per_node: 8}\n"
+        "step_minutes: 60\nhorizon_steps: 24\nduration_steps: 4\n"
+        "jobs: [{name: a, type: training, gpus: 3, duration_steps: 1, "
+        "arrival_step: 0, priority: 1}]\n"
+    )
     assert cli.main(["bench", "training-heavy", str(bad), "--quiet"]) == 2
     err = capsys.readouterr()
     assert "jobs[0] (a).gpus: must be a power of two" in err.err

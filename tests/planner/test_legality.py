@@ -8,9 +8,15 @@ import pytest
 from extender.planner import legality, metrics
 from tests.builders import scenario
 
-S = (scenario().nodes(2, 4).window(4)
-     .job("a", gpus=2, d=2, arrival=1).job("big", gpus=8, d=2)
-     .service("svc", [1, 1, 1, 1], max_swap=1).build())
+S = (
+    scenario()
+    .nodes(2, 4)
+    .window(4)
+    .job("a", gpus=2, d=2, arrival=1)
+    .job("big", gpus=8, d=2)
+    .service("svc", [1, 1, 1, 1], max_swap=1)
+    .build()
+)
 
 
 def grid(rows: list[str]) -> np.ndarray:

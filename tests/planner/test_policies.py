@@ -17,8 +17,14 @@ from extender.planner import legality, metrics, model, policies, simulating
 from extender.planner import scenario as scenario_doc
 
 FAST_POLICIES = ["fifo", "priority-skip", "priority-easy", "gpuroster"]
-CONTENDED = ["training-heavy", "mixed-control", "priority-inversion", "fragmentation",
-             "forecast-error", "uniform-priority"]
+CONTENDED = [
+    "training-heavy",
+    "mixed-control",
+    "priority-inversion",
+    "fragmentation",
+    "forecast-error",
+    "uniform-priority",
+]
 
 
 @functools.cache
@@ -51,9 +57,15 @@ PEER_CASES = [(n, p) for n in scenarios.builtin_names() for p in ("priority-skip
 KNOWN_MISSES = {("scale-test", "priority-easy")}
 
 
-@pytest.mark.parametrize(("name", "peer"), [
-    pytest.param(n, p, marks=pytest.mark.xfail(strict=True, reason="known miss: see README"))
-    if (n, p) in KNOWN_MISSES else (n, p) for n, p in PEER_CASES])
+@pytest.mark.parametrize(
+    ("name", "peer"),
+    [
+        pytest.param(n, p, marks=pytest.mark.xfail(strict=True, reason="known miss: see README"))
+        if (n, p) in KNOWN_MISSES
+        else (n, p)
+        for n, p in PEER_CASES
+    ],
+)
 def test_gpuroster_beats_every_peer_in_value(name: str, peer: str) -> None:
     assert result(name, "gpuroster").value > result(name, peer).value
 
@@ -69,13 +81,39 @@ def test_realtime_service_level_at_least_fifos(name: str) -> None:
 
 def test_no_starvation_low_priority_starts_within_the_bound() -> None:
     # One low-priority job against a stream of high-priority work that could fill the cluster forever.
-    jobs = [{"name": "low", "type": "training", "gpus": 8, "duration_steps": 2, "arrival_step": 0,
-             "priority": 1}]
-    jobs += [{"name": f"hi-{i}", "type": "training", "gpus": 4, "duration_steps": 3,
-              "arrival_step": i, "priority": 8} for i in range(0, 90, 1)]
-    s = scenario_doc.parse({"version": 1, "name": "starve", "cluster": {"nodes": 1, "gpus_per_node": 8},
-                            "step_minutes": 60, "horizon_steps": 24, "duration_steps": 100,
-                            "jobs": jobs, "services": []})
+    jobs = [
+        {
+            "name": "low",
+            "type": "training",
+            "gpus": 8,
+            "duration_steps": 2,
+            "arrival_step": 0,
+            "priority": 1,
+        }
+    ]
+    jobs += [
+        {
+            "name": f"hi-{i}",
+            "type": "training",
+            "gpus": 4,
+            "duration_steps": 3,
+            "arrival_step": i,
+            "priority": 8,
+        }
+        for i in range(0, 90, 1)
+    ]
+    s = scenario_doc.parse(
+        {
+            "version": 1,
+            "name": "starve",
+            "cluster": {"nodes": 1, "gpus_per_node": 8},
+            "step_minutes": 60,
+            "horizon_steps": 24,
+            "duration_steps": 100,
+            "jobs": jobs,
+            "services": [],
+        }
+    )
     pol = policies.create("gpuroster")
     run = simulating.simulate(s, pol)
     start, _ = run.starts["low"]
@@ -88,12 +126,27 @@ def test_no_starvation_low_priority_starts_within_the_bound() -> None:
 def test_no_end_of_horizon_myopia_long_job_does_not_eat_a_peak_past_the_horizon() -> None:
     # A 20-step job at step 0 would hold GPUs through a peak at step 30, past the 24-step horizon.
     demand = [0] * 28 + [8] * 6 + [0] * 6
-    s = scenario_doc.parse({"version": 1, "name": "myopia", "cluster": {"nodes": 1, "gpus_per_node": 8},
-                            "step_minutes": 60, "horizon_steps": 24, "duration_steps": 40,
-                            "jobs": [{"name": "long", "type": "training", "gpus": 8,
-                                      "duration_steps": 31, "arrival_step": 0, "priority": 1}],
-                            "services": [{"name": "svc", "priority": 5, "max_swap": 8,
-                                          "demand": demand}]})
+    s = scenario_doc.parse(
+        {
+            "version": 1,
+            "name": "myopia",
+            "cluster": {"nodes": 1, "gpus_per_node": 8},
+            "step_minutes": 60,
+            "horizon_steps": 24,
+            "duration_steps": 40,
+            "jobs": [
+                {
+                    "name": "long",
+                    "type": "training",
+                    "gpus": 8,
+                    "duration_steps": 31,
+                    "arrival_step": 0,
+                    "priority": 1,
+                }
+            ],
+            "services": [{"name": "svc", "priority": 5, "max_swap": 8, "demand": demand}],
+        }
+    )
     run = simulating.simulate(s, "gpuroster")
     m = metrics.compute(s, run.grid)
     assert m.realtime_shortfall == 0
@@ -116,6 +169,7 @@ def test_illegal_plan_is_refused_by_the_simulator() -> None:
 
 # --- property-based: random scenarios through every policy --------------------------------
 
+
 @st.composite
 def random_scenario(draw: st.DrawFn) -> model.Scenario:
     nodes = draw(st.integers(1, 3))
@@ -126,22 +180,42 @@ def random_scenario(draw: st.DrawFn) -> model.Scenario:
     jobs = []
     for i in range(draw(st.integers(0, 10))):
         d = draw(st.integers(1, 8))
-        jobs.append({"name": f"j{i}", "type": draw(st.sampled_from(model.BATCH_TYPES)),
-                     "gpus": draw(st.sampled_from(sizes)), "duration_steps": d,
-                     "estimate_steps": draw(st.integers(1, 10)),
-                     "arrival_step": draw(st.integers(0, window)),
-                     "priority": draw(st.sampled_from([1, 2, 4, 8, 0.5]))})
+        jobs.append(
+            {
+                "name": f"j{i}",
+                "type": draw(st.sampled_from(model.BATCH_TYPES)),
+                "gpus": draw(st.sampled_from(sizes)),
+                "duration_steps": d,
+                "estimate_steps": draw(st.integers(1, 10)),
+                "arrival_step": draw(st.integers(0, window)),
+                "priority": draw(st.sampled_from([1, 2, 4, 8, 0.5])),
+            }
+        )
     services = []
     for i in range(draw(st.integers(0, 2))):
         demand = draw(st.lists(st.integers(0, gpus // 2), min_size=window, max_size=window))
         forecast = draw(st.lists(st.integers(0, gpus // 2), min_size=window, max_size=window))
-        services.append({"name": f"s{i}", "priority": draw(st.sampled_from([1, 5, 6])),
-                         "max_swap": draw(st.integers(0, 3)), "demand": demand,
-                         "forecast": forecast})
-    return scenario_doc.parse({"version": 1, "name": "random",
-                               "cluster": {"nodes": nodes, "gpus_per_node": per_node},
-                               "step_minutes": 60, "horizon_steps": draw(st.integers(1, 24)),
-                               "duration_steps": window, "jobs": jobs, "services": services})
+        services.append(
+            {
+                "name": f"s{i}",
+                "priority": draw(st.sampled_from([1, 5, 6])),
+                "max_swap": draw(st.integers(0, 3)),
+                "demand": demand,
+                "forecast": forecast,
+            }
+        )
+    return scenario_doc.parse(
+        {
+            "version": 1,
+            "name": "random",
+            "cluster": {"nodes": nodes, "gpus_per_node": per_node},
+            "step_minutes": 60,
+            "horizon_steps": draw(st.integers(1, 24)),
+            "duration_steps": window,
+            "jobs": jobs,
+            "services": services,
+        }
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

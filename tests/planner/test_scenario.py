@@ -16,9 +16,13 @@ from tests.builders import scenario
 
 def good() -> dict[str, Any]:
     return copy.deepcopy(
-        scenario().nodes(2, 4).window(4)
-        .job("a", gpus=4, d=2).job("b", gpus=8, d=1, arrival=1, priority=2.5)
-        .service("chat", [1, 2, 1, 1], forecast=[1, 1, 1, 2]).doc
+        scenario()
+        .nodes(2, 4)
+        .window(4)
+        .job("a", gpus=4, d=2)
+        .job("b", gpus=8, d=1, arrival=1, priority=2.5)
+        .service("chat", [1, 2, 1, 1], forecast=[1, 1, 1, 2])
+        .doc
     )
 
 
@@ -68,10 +72,12 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "field", "reason"), BAD,
-                         ids=[f"{b[0]}={b[1]!r}" for b in BAD])
-def test_bad_field_is_named_with_file_and_reason(path: str, value: Any, field: str,
-                                                 reason: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "value", "field", "reason"), BAD, ids=[f"{b[0]}={b[1]!r}" for b in BAD]
+)
+def test_bad_field_is_named_with_file_and_reason(
+    path: str, value: Any, field: str, reason: str
+) -> None:
     with pytest.raises(scenarios.ScenarioError) as err:
         scenarios.parse(_break(path, value), "team/scn.yaml")
     problems = {p.field: p.reason for p in err.value.problems}
@@ -143,12 +149,34 @@ def test_scale_test_is_64_gpus_and_30_jobs() -> None:
 
 
 def test_json_file_written_by_someone_else_loads(tmp_path: Path) -> None:
-    doc = {"version": 1, "name": "theirs", "cluster": {"nodes": 1, "gpus_per_node": 8},
-           "step_minutes": 60, "horizon_steps": 24, "duration_steps": 3,
-           "jobs": [{"name": "train-a", "type": "training", "gpus": 4, "duration_steps": 6,
-                     "estimate_steps": 6, "arrival_step": 0, "priority": 3}],
-           "services": [{"name": "chat", "priority": 5, "max_swap": 2, "demand": [2, 2, 1, 1, 3],
-                         "forecast": [2, 2, 1, 1, 3]}]}
+    doc = {
+        "version": 1,
+        "name": "theirs",
+        "cluster": {"nodes": 1, "gpus_per_node": 8},
+        "step_minutes": 60,
+        "horizon_steps": 24,
+        "duration_steps": 3,
+        "jobs": [
+            {
+                "name": "train-a",
+                "type": "training",
+                "gpus": 4,
+                "duration_steps": 6,
+                "estimate_steps": 6,
+                "arrival_step": 0,
+                "priority": 3,
+            }
+        ],
+        "services": [
+            {
+                "name": "chat",
+                "priority": 5,
+                "max_swap": 2,
+                "demand": [2, 2, 1, 1, 3],
+                "forecast": [2, 2, 1, 1, 3],
+            }
+        ],
+    }
     p = tmp_path / "theirs.json"
     p.write_text(json.dumps(doc))
     assert scenarios.load(p).services[0].demand == (2, 2, 1, 1, 3)
