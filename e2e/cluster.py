@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from e2e.harness import objects, pki, processes, rendering
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, CoreV1Api
+    from kubernetes.client import ApiClient
 
 REPO = rendering.REPO
 BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
@@ -238,7 +238,8 @@ class Cluster:
             )
         return self._api
 
-    def core(self) -> CoreV1Api:
+    def core(self) -> Any:
+        """A ``kubernetes.client.CoreV1Api`` (typed Any: tests pass plain dicts)."""
         from kubernetes import client
 
         return client.CoreV1Api(self.api())
@@ -273,7 +274,7 @@ class Cluster:
         """Create fake GPU node ``gpu-node-<index>`` (next free index by default)."""
         index = self._next_index() if index is None else index
         body = objects.fake_gpu_node(index, gpus or self.gpus_per_node, labels=labels)
-        self.core().create_node(body)  # type: ignore[arg-type]
+        self.core().create_node(body)
         name = str(body["metadata"]["name"])
         if wait:
             self.wait_nodes_ready([name], timeout=timeout)
@@ -286,6 +287,23 @@ class Cluster:
         if wait:
             self.wait_nodes_ready(names, timeout=timeout)
         return names
+
+    def reset_nodes(self, timeout: float = 60.0) -> list[str]:
+        """Back to the initial nodes gpu-node-0..N-1, all Ready: delete others,
+        recreate missing ones, clear simulated NotReady. For test teardown."""
+        wanted = {objects.node_name(i): i for i in range(self.initial_nodes)}
+        have = dict((name, i) for i, name in self._ordered_nodes())
+        for name in set(have) - set(wanted):
+            self.remove_node(name)
+        for name, i in wanted.items():
+            if name not in have:
+                self.add_node(i, wait=False)
+            else:
+                node: Any = self.core().read_node(name)
+                if objects.NOT_READY_LABEL in (node.metadata.labels or {}):
+                    self.set_node_ready(name, True, wait=False)
+        self.wait_nodes_ready(wanted, timeout=timeout)
+        return list(wanted)
 
     def remove_node(self, name: str) -> None:
         """Delete a node; the pod GC in kube-controller-manager removes its pods later."""

@@ -68,20 +68,32 @@ class Group:
     def dead(self) -> list[Child]:
         return [c for c in self.children if not c.alive()]
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
+        # State is throwaway: a short grace, then SIGKILL (kube-apiserver can
+        # linger >10 s on SIGTERM while the scheduler retries a pod).
+        if not self.children:
+            return
+        started = time.monotonic()
         for child in reversed(self.children):
             _signal_group(child.popen, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = started + timeout
+        report = []
         for child in reversed(self.children):
             remaining = max(0.1, deadline - time.monotonic())
+            how = "exited"
             try:
                 child.popen.wait(remaining)
             except subprocess.TimeoutExpired:
+                how = "killed"
                 _signal_group(child.popen, signal.SIGKILL)
                 child.popen.wait(5)
             # Reap anything else left in the group (children of children).
             _signal_group(child.popen, signal.SIGKILL)
+            report.append(f"{child.name} {how} ({child.popen.returncode}) after "
+                          f"{time.monotonic() - started:.2f}s")
         self.children.clear()
+        with contextlib.suppress(OSError), (self.log_dir / "stop.txt").open("a") as f:
+            f.write("\n".join(report) + "\n")
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
