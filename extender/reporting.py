@@ -23,17 +23,26 @@ def _colours(n: int, services: int) -> ListedColormap:
         base += list(plt.get_cmap(name).colors)  # type: ignore[attr-defined]
     jobs = [base[i % len(base)] for i in range(n - services)]
     svc = [(0.15, 0.15, 0.15)] * services  # services drawn dark so troughs and peaks stand out
-    return ListedColormap([(1, 1, 1)] + jobs + svc)
+    held_idle = (0.78, 0.78, 0.78)  # a service's GPUs above its demand: reserved, not used
+    return ListedColormap([(1, 1, 1), *jobs, *svc, held_idle])
 
 
 def draw_grid(ax: Axes, row: Row) -> None:
     assert row.run is not None
     s = row.scenario
+    names = row.run.names
     grid = row.run.grid + 1  # 0 = idle (white)
-    cmap = _colours(len(row.run.names) + 1, len(s.services))
-    ax.imshow(
-        grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(row.run.names)
-    )
+    idle_code = len(names) + 1
+    nj = len(s.jobs)
+    for k, v in enumerate(s.services):
+        held = row.run.grid == nj + k
+        for t in range(s.duration_steps):
+            extra = int(held[:, t].sum()) - v.demand[t]
+            if extra > 0:  # mark the lowest `extra` of its GPUs as held-but-idle
+                rows = np.flatnonzero(held[:, t])[:extra]
+                grid[rows, t] = idle_code
+    cmap = _colours(len(names) + 1, len(s.services))
+    ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=idle_code)
     g = s.cluster.gpus_per_node
     for n in range(1, s.cluster.nodes):
         ax.axhline(n * g - 0.5, color="grey", linewidth=0.4)
@@ -55,7 +64,7 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
         for ax, p in zip(axes[0], shown, strict=True):
             draw_grid(ax, pols[p])
         fig.suptitle(
-            f"{name}: GPUs down, steps across, one colour per job (services dark)", fontsize=10
+            f"{name}: GPUs down, steps across; a colour per job, services dark, reserved-idle grey", fontsize=10
         )
         fig.tight_layout()
         path = out / f"{name}.grids.png"
