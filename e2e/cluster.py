@@ -56,6 +56,9 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 RUN_ROOT = Path(os.environ.get("GPUROSTER_CACHE", Path.home() / ".cache" / "gpuroster")) / "run"
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.64.0.0/12"
+# `make test` sets this; every process started under it inherits it, so
+# `python -m e2e.cluster leftovers` can find what outlived the run.
+RUN_ID_ENV = "GPUROSTER_RUN_ID"
 _NODE_LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
@@ -656,6 +659,33 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _processes_with_run_id(run_id: str) -> list[tuple[int, str]]:
+    marker = f"{RUN_ID_ENV}={run_id}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(proc.name), cmd.strip()))
+    return found
+
+
+def _cmd_leftovers(args: argparse.Namespace) -> int:
+    """Processes that inherited GPUROSTER_RUN_ID=<id> and still run: report, kill, fail."""
+    left = [(pid, cmd) for pid, cmd in _processes_with_run_id(args.run_id) if cmd]
+    if not left:
+        print(f"no process left behind (run {args.run_id})")
+        return 0
+    print(f"processes left behind by run {args.run_id}:", file=sys.stderr)
+    for pid, cmd in left:
+        print(f"  {pid} {cmd[:200]}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return 1
+
+
 def _cmd_show(key: str) -> int:
     base = _current()
     state = _read_state(base) if base else {}
@@ -685,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("kubeconfig")
     sub.add_parser("extender-port")
     sub.add_parser("status")
+    left = sub.add_parser("leftovers", help="fail if processes of a run are still alive")
+    left.add_argument("--run-id", default=os.environ.get(RUN_ID_ENV, ""))
     args = parser.parse_args(argv)
     if args.cmd == "up":
         return _cmd_up(args)
@@ -692,6 +724,10 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_serve(args)
     if args.cmd == "down":
         return _cmd_down(args)
+    if args.cmd == "leftovers":
+        if not args.run_id:
+            parser.error(f"--run-id or ${RUN_ID_ENV} is required")
+        return _cmd_leftovers(args)
     return _cmd_show({"kubeconfig": "kubeconfig", "extender-port": "extender_port",
                       "status": "status"}[args.cmd])
 
