@@ -1,0 +1,260 @@
+"""Parse the `gpuroster.io/*` annotations of pods and Deployments (KUBERNETES.md).
+
+Pure functions over plain dicts (an object's JSON). A problem is reported as
+`AnnotationError` with a message naming the annotation and the reason; the
+controller turns it into an Event on the pod.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender import config
+from extender.planner import model
+
+PREFIX = "gpuroster.io/"
+WORKLOAD = PREFIX + "workload"
+PRIORITY = PREFIX + "priority"
+GANG = PREFIX + "gang"
+GANG_SIZE = PREFIX + "gang-size"
+EXPECTED_DURATION = PREFIX + "expected-duration"
+MAX_SWAP = PREFIX + "max-swap"
+DEMAND_CONFIGMAP = PREFIX + "demand-configmap"
+DEMAND_QUERY = PREFIX + "demand-query"
+# Written by the system: the durable record of admission.
+BLOCK = PREFIX + "block"
+ADMITTED_AT = PREFIX + "admitted-at"
+NODE = PREFIX + "node"  # the node this pod of the gang goes to (inside the block)
+GPU_RESOURCE = "nvidia.com/gpu"
+TOPOLOGY_ORDER = PREFIX + "topology-order"
+PLANNED_CONDITION = PREFIX + "Planned"
+
+
+class AnnotationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PodWork:
+    """What a batch-like pod asks for."""
+
+    gang: str  # "<namespace>/<gang>" (a pod without a gang is its own gang)
+    gang_size: int
+    gpus: int
+    workload: str
+    priority: float
+    duration_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    name: str  # "<namespace>/<deployment>"
+    priority: float
+    max_swap: int
+    gpus_per_replica: int
+    demand_configmap: str | None
+    demand_query: str | None
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    a = meta(obj).get("annotations")
+    return a if isinstance(a, Mapping) else {}
+
+
+def key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    ns = m.get("namespace") or ""
+    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
+
+
+def _quantity(value: Any) -> int:
+    """An integer resource quantity (`"2"`, `2`); extended resources are whole."""
+    if isinstance(value, bool):
+        raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}")
+    if isinstance(value, int):
+        return value
+    try:
+        f = float(str(value))
+    except ValueError:
+        raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}") from None
+    if not math.isfinite(f) or f != int(f) or f < 0:
+        raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}")
+    return int(f)
+
+
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """GPUs a pod (spec) requests: sum over containers (requests, else limits);
+    init containers count by their maximum, as the scheduler does."""
+    def of(c: Mapping[str, Any]) -> int:
+        res = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            v = (res.get(part) or {}).get(GPU_RESOURCE)
+            if v is not None:
+                return _quantity(v)
+        return 0
+
+    main = sum(of(c) for c in pod_spec.get("containers") or [] if isinstance(c, Mapping))
+    init = max((of(c) for c in pod_spec.get("initContainers") or [] if isinstance(c, Mapping)),
+               default=0)
+    return max(main, init)
+
+
+def priority(value: str | None, classes: Mapping[str, float], fallback: str) -> float:
+    if value is None or value == "":
+        return float(classes[fallback])
+    v = value.strip()
+    if v in classes:
+        return float(classes[v])
+    try:
+        p = float(v)
+    except ValueError:
+        raise AnnotationError(
+            f"{PRIORITY}: {value!r} is neither a positive number nor a class "
+            f"({', '.join(sorted(classes))})") from None
+    if not (p > 0 and math.isfinite(p)):
+        raise AnnotationError(f"{PRIORITY}: {value!r} must be a positive number")
+    return p
+
+
+def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
+    """The batch-like work a pod asks for. Raises AnnotationError."""
+    m = meta(pod)
+    ns = str(m.get("namespace") or "default")
+    a = annotations_of(pod)
+    spec = pod.get("spec") or {}
+    gpus = pod_gpus(spec)
+    if gpus <= 0:
+        raise AnnotationError(f"pod requests no {GPU_RESOURCE}")
+    workload = a.get(WORKLOAD, "training")
+    if workload not in model.BATCH_TYPES:
+        if workload == model.REALTIME_TYPE:
+            raise AnnotationError(
+                f"{WORKLOAD}: {model.REALTIME_TYPE} belongs on a Deployment, not a bare pod")
+        raise AnnotationError(
+            f"{WORKLOAD}: unknown workload type {workload!r} "
+            f"(one of {', '.join(model.BATCH_TYPES)})")
+    gang_name = a.get(GANG)
+    if gang_name is None or gang_name == "":
+        gang, size = f"{ns}/{m.get('name', '')}", 1
+        if GANG_SIZE in a and a[GANG_SIZE].strip() != "1":
+            raise AnnotationError(f"{GANG_SIZE} is set but {GANG} is missing")
+    else:
+        gang = f"{ns}/{gang_name}"
+        raw = a.get(GANG_SIZE)
+        if raw is None:
+            raise AnnotationError(f"{GANG}={gang_name!r} needs {GANG_SIZE}")
+        try:
+            size = int(raw.strip())
+        except ValueError:
+            raise AnnotationError(f"{GANG_SIZE}: {raw!r} is not a whole number") from None
+        if size < 1:
+            raise AnnotationError(f"{GANG_SIZE}: {raw!r} must be at least 1")
+    pclass = a.get(PRIORITY)
+    if pclass is None and spec.get("priorityClassName") in settings.priority_classes:
+        pclass = str(spec.get("priorityClassName"))
+    prio = priority(pclass, settings.priority_classes, settings.default_priority)
+    raw_d = a.get(EXPECTED_DURATION)
+    if raw_d is None:
+        raw_d = settings.default_durations.get(workload)
+        if raw_d is None:
+            raise AnnotationError(f"{EXPECTED_DURATION} missing and no default for {workload}")
+    try:
+        seconds = config.parse_duration(raw_d)
+    except ValueError as e:
+        raise AnnotationError(f"{EXPECTED_DURATION}: {e}") from None
+    return PodWork(gang=gang, gang_size=size, gpus=gpus, workload=workload, priority=prio,
+                   duration_seconds=seconds)
+
+
+def service_spec(dep: Mapping[str, Any], settings: config.Settings) -> ServiceSpec | None:
+    """A real-time service from a Deployment, or None if it is not one. Raises AnnotationError."""
+    a = annotations_of(dep)
+    if a.get(WORKLOAD) != model.REALTIME_TYPE:
+        return None
+    prio = priority(a.get(PRIORITY), settings.priority_classes, settings.default_priority)
+    raw = a.get(MAX_SWAP, "2")
+    try:
+        swap = int(raw)
+    except ValueError:
+        raise AnnotationError(f"{MAX_SWAP}: {raw!r} is not a whole number") from None
+    if swap < 0:
+        raise AnnotationError(f"{MAX_SWAP}: {raw!r} must be >= 0")
+    template = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+    per = pod_gpus(template)
+    if per <= 0:
+        raise AnnotationError(f"the pod template requests no {GPU_RESOURCE}")
+    cm, query = a.get(DEMAND_CONFIGMAP), a.get(DEMAND_QUERY)
+    if not cm and not query:
+        raise AnnotationError(f"needs {DEMAND_CONFIGMAP} or {DEMAND_QUERY}")
+    return ServiceSpec(name=key(dep), priority=prio, max_swap=swap, gpus_per_replica=per,
+                       demand_configmap=cm or None, demand_query=query or None)
+
+
+def numbers(text: str, what: str) -> list[float]:
+    """A JSON list or a comma/space separated list of non-negative numbers."""
+    t = text.strip()
+    try:
+        values = json.loads(t) if t.startswith("[") else [float(x) for x in
+                                                          t.replace(",", " ").split()]
+    except ValueError:
+        raise AnnotationError(f"{what}: not a list of numbers") from None
+    if not isinstance(values, list):
+        raise AnnotationError(f"{what}: not a list of numbers")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise AnnotationError(f"{what}: {v!r} is not a non-negative number")
+        out.append(float(v))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A demand ConfigMap: `curve` (GPUs per step, counted from the epoch, cyclic)
+    and/or `history` (GPUs per step, oldest first, ending at the latest step)."""
+
+    curve: tuple[float, ...] = ()
+    history: tuple[float, ...] = ()
+    steps_per_day: int | None = None
+
+
+def demand(configmap: Mapping[str, Any]) -> Demand:
+    data = configmap.get("data") or {}
+    curve = numbers(data["curve"], "curve") if data.get("curve") else []
+    history = numbers(data["history"], "history") if data.get("history") else []
+    if not curve and not history:
+        raise AnnotationError(f"ConfigMap {key(configmap)} has neither 'curve' nor 'history'")
+    spd = None
+    if data.get("steps-per-day"):
+        try:
+            spd = int(data["steps-per-day"])
+        except ValueError:
+            raise AnnotationError("steps-per-day: not a whole number") from None
+    return Demand(tuple(curve), tuple(history), spd)
+
+
+def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -> model.Block:
+    """Inverse of `model.Block.label` with real node names. Raises AnnotationError."""
+    try:
+        if ".." in label:
+            first, last = label.split("..", 1)
+            i, j = node_index[first], node_index[last]
+            if j < i:
+                raise ValueError
+            return model.Block(i * gpus_per_node, (j - i + 1) * gpus_per_node)
+        node, rng = label.rsplit(":", 1)
+        lo, hi = (int(x) for x in rng.split("-", 1))
+        if not 0 <= lo <= hi < gpus_per_node:
+            raise ValueError
+        return model.Block(node_index[node] * gpus_per_node + lo, hi - lo + 1)
+    except (ValueError, KeyError):
+        raise AnnotationError(f"{BLOCK}: cannot place {label!r} on the current nodes") from None

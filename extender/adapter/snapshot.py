@@ -1,0 +1,328 @@
+"""Cluster objects -> what the planner needs: GPUs, gangs, services, held GPUs.
+
+`build` reads plain objects (from the cache) and returns a `Snapshot`:
+the GPU grid's nodes in topology order, every gang (queued, admitted or
+broken), every real-time service with its pods, and the GPUs something else
+holds. It does no I/O; the controller turns a snapshot into a
+`model.PlanInput` and the plan back into writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from extender import config
+from extender.adapter import annotations as ann
+from extender.planner import model
+
+Obj = dict[str, Any]
+TERMINAL = ("Succeeded", "Failed")
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def format_time(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Admission:
+    block: model.Block
+    admitted_at: float
+    nodes: dict[str, str]  # pod key -> node
+
+
+@dataclass
+class Gang:
+    name: str  # "<namespace>/<gang>"
+    pods: list[Obj]
+    work: ann.PodWork | None = None
+    gpus: int = 0
+    arrival: float = 0.0
+    admission: Admission | None = None
+    error: str | None = None  # bad annotations: never planned
+    waiting_for: str | None = None  # incomplete gang: not planned yet
+
+    @property
+    def namespace(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    def pod_keys(self) -> list[str]:
+        return [ann.key(p) for p in self.pods]
+
+
+@dataclass
+class ServiceInfo:
+    spec: ann.ServiceSpec
+    deployment: Obj
+    replicas: int
+    # GPUs in use (bound or assumed, not terminal) per node name
+    gpus_by_node: dict[str, int] = field(default_factory=dict)
+    pending: list[Obj] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    cluster: model.Cluster
+    nodes: list[str]  # topology order; node i holds GPUs i*G .. (i+1)*G-1
+    node_index: dict[str, int]
+    gangs: dict[str, Gang]
+    services: dict[str, ServiceInfo]
+    service_errors: dict[str, str]  # deployment key -> problem
+    pod_service: dict[str, str]  # pod key -> service name
+    unavailable: frozenset[int]  # GPUs not usable by the plan (down nodes, missing)
+    foreign: dict[str, int]  # node -> GPUs held by pods outside the plan
+    configmaps: dict[str, Obj]
+    pods: dict[str, Obj]
+
+    def node_gpus(self, node: str) -> range:
+        i = self.node_index[node]
+        g = self.cluster.gpus_per_node
+        return range(i * g, (i + 1) * g)
+
+
+def _allocatable_gpus(node: Obj) -> int:
+    st = node.get("status") or {}
+    v = (st.get("allocatable") or {}).get(ann.GPU_RESOURCE)
+    if v is None:
+        return 0
+    try:
+        return int(float(str(v)))
+    except ValueError:
+        return 0
+
+
+def node_usable(node: Obj) -> bool:
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    if (node.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def _order(node: Obj) -> tuple[int, str]:
+    m = node.get("metadata") or {}
+    labels = m.get("labels") or {}
+    try:
+        o = int(labels.get(ann.TOPOLOGY_ORDER, ""))
+    except ValueError:
+        o = 1 << 30
+    return (o, str(m.get("name", "")))
+
+
+def layout(pods: list[tuple[str, int]], block: model.Block, cluster: model.Cluster,
+           nodes: list[str]) -> dict[str, str]:
+    """Each pod of a gang gets a node inside `block`: largest first, packed in order.
+
+    Raises AnnotationError if some pod would straddle two nodes.
+    """
+    g = cluster.gpus_per_node
+    out: dict[str, str] = {}
+    at = block.start
+    for key, gpus in sorted(pods, key=lambda p: (-p[1], p[0])):
+        first, last = at // g, (at + gpus - 1) // g
+        if first != last:
+            raise ann.AnnotationError(
+                f"the gang's pods ({', '.join(str(n) for _, n in pods)} GPUs) cannot be "
+                f"packed into whole nodes of {g} GPUs")
+        out[key] = nodes[first]
+        at += gpus
+    return out
+
+
+def deployment_of(pod: Obj) -> str | None:
+    m = pod.get("metadata") or {}
+    h = (m.get("labels") or {}).get("pod-template-hash")
+    if not h:
+        return None
+    for ref in m.get("ownerReferences") or []:
+        if ref.get("kind") == "ReplicaSet" and str(ref.get("name", "")).endswith("-" + h):
+            return f"{m.get('namespace', '')}/{str(ref['name'])[: -len(h) - 1]}"
+    return None
+
+
+def pod_live(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL
+
+
+def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
+          configmaps: Iterable[Obj], settings: config.Settings,
+          assumed: Mapping[str, str] | None = None,
+          namespaces: Iterable[str] = ()) -> Snapshot:
+    assumed = assumed or {}
+    managed = set(namespaces)
+    gpu_nodes = sorted((n for n in nodes if _allocatable_gpus(n) > 0), key=_order)
+    g = settings.gpus_per_node or max((_allocatable_gpus(n) for n in gpu_nodes), default=8)
+    names = [str((n.get("metadata") or {}).get("name")) for n in gpu_nodes]
+    index = {n: i for i, n in enumerate(names)}
+    cluster = model.Cluster(nodes=len(names), gpus_per_node=g)
+    unavailable: set[int] = set()
+    for i, n in enumerate(gpu_nodes):
+        have = min(g, _allocatable_gpus(n)) if node_usable(n) else 0
+        unavailable.update(range(i * g + have, (i + 1) * g))
+
+    def in_scope(obj: Obj) -> bool:
+        return not managed or (obj.get("metadata") or {}).get("namespace") in managed
+
+    # Real-time services.
+    services: dict[str, ServiceInfo] = {}
+    service_errors: dict[str, str] = {}
+    for d in deployments:
+        if not in_scope(d):
+            continue
+        try:
+            spec = ann.service_spec(d, settings)
+        except ann.AnnotationError as e:
+            service_errors[ann.key(d)] = str(e)
+            continue
+        if spec is not None:
+            replicas = int(((d.get("spec") or {}).get("replicas")) or 0)
+            services[spec.name] = ServiceInfo(spec, d, replicas)
+
+    all_pods = {ann.key(p): p for p in pods}
+    pod_service: dict[str, str] = {}
+    gang_pods: dict[str, list[Obj]] = {}
+    works: dict[str, ann.PodWork | ann.AnnotationError] = {}
+    foreign: dict[str, int] = {}
+    for k, p in all_pods.items():
+        pspec = p.get("spec") or {}
+        try:
+            gpus = ann.pod_gpus(pspec)
+        except ann.AnnotationError:
+            gpus = 0
+        if gpus <= 0:
+            continue
+        node = pspec.get("nodeName") or assumed.get(k)
+        live = pod_live(p)
+        dep = deployment_of(p)
+        if dep is not None and dep in services:
+            pod_service[k] = dep
+            if live and node:
+                sv = services[dep]
+                sv.gpus_by_node[node] = sv.gpus_by_node.get(node, 0) + gpus
+            elif live:
+                services[dep].pending.append(p)
+            continue
+        a = ann.annotations_of(p)
+        admitted = ann.BLOCK in a
+        if not in_scope(p) or (not admitted and node):
+            if live and node:
+                foreign[node] = foreign.get(node, 0) + gpus  # placed outside the plan
+            continue
+        if not admitted and not live:
+            continue
+        try:
+            w: ann.PodWork | ann.AnnotationError = ann.pod_work(p, settings)
+        except ann.AnnotationError as e:
+            w = e
+        works[k] = w
+        gname = w.gang if isinstance(w, ann.PodWork) else _fallback_gang(p)
+        gang_pods.setdefault(gname, []).append(p)
+
+    gangs: dict[str, Gang] = {}
+    for name, members in gang_pods.items():
+        members.sort(key=ann.key)
+        gang = _gang(name, members, works, cluster, names, index, settings)
+        if gang is not None:
+            gangs[name] = gang
+    return Snapshot(cluster=cluster, nodes=names, node_index=index, gangs=gangs,
+                    services=services, service_errors=service_errors, pod_service=pod_service,
+                    unavailable=frozenset(unavailable), foreign=foreign,
+                    configmaps={ann.key(c): c for c in configmaps}, pods=all_pods)
+
+
+def _fallback_gang(pod: Obj) -> str:
+    m = pod.get("metadata") or {}
+    a = ann.annotations_of(pod)
+    return f"{m.get('namespace', '')}/{a.get(ann.GANG) or m.get('name', '')}"
+
+
+def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.AnnotationError],
+          cluster: model.Cluster, nodes: list[str], index: Mapping[str, int],
+          settings: config.Settings) -> Gang | None:
+    admitted = [p for p in members if ann.BLOCK in ann.annotations_of(p)]
+    gang = Gang(name=name, pods=members)
+    if admitted:
+        if not any(pod_live(p) for p in admitted):
+            return None  # finished: its block is free
+        a = ann.annotations_of(admitted[0])
+        t = parse_time(a.get(ann.ADMITTED_AT)) or 0.0
+        try:
+            block = ann.parse_block(a[ann.BLOCK], index, cluster.gpus_per_node)
+        except ann.AnnotationError as e:
+            gang.error = str(e)
+            return gang
+        per_pod = {}
+        for p in admitted:
+            k = ann.key(p)
+            per_pod[k] = (p.get("spec") or {}).get("nodeName") or ann.annotations_of(p).get(
+                ann.NODE) or nodes[block.start // cluster.gpus_per_node]
+        w0 = works.get(ann.key(admitted[0]))
+        gang.work = w0 if isinstance(w0, ann.PodWork) else None
+        gang.gpus = block.size
+        gang.admission = Admission(block=block, admitted_at=t, nodes=per_pod)
+        gang.pods = admitted
+        late = [ann.key(p) for p in members if ann.BLOCK not in ann.annotations_of(p)]
+        if late:
+            gang.error = f"gang {name} was already admitted; pods {', '.join(late)} came late"
+        return gang
+    live = [p for p in members if pod_live(p)]
+    if not live:
+        return None
+    gang.pods = live
+    errors = [str(w) for p in live if isinstance(w := works[ann.key(p)], ann.AnnotationError)]
+    if errors:
+        gang.error = errors[0]
+        return gang
+    ws = [w for p in live if isinstance(w := works[ann.key(p)], ann.PodWork)]
+    first = ws[0]
+    for w in ws[1:]:
+        for attr in ("gang_size", "workload", "priority", "duration_seconds"):
+            if getattr(w, attr) != getattr(first, attr):
+                gang.error = f"pods of gang {name} disagree on {attr.replace('_', ' ')}"
+                return gang
+    gang.work = first
+    gang.gpus = sum(w.gpus for w in ws)
+    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in live]
+    gang.arrival = max((c for c in created if c is not None), default=0.0)
+    if len(live) > first.gang_size:
+        gang.error = f"gang {name} has {len(live)} pods but {ann.GANG_SIZE} is {first.gang_size}"
+        return gang
+    if len(live) < first.gang_size:
+        gang.waiting_for = f"waiting for the gang: {len(live)} of {first.gang_size} pods exist"
+        return gang
+    if not model.is_power_of_two(gang.gpus):
+        gang.error = (f"gang {name} asks for {gang.gpus} GPUs in total; "
+                      "a block must be a power of two")
+        return gang
+    if cluster.gpus and gang.gpus > cluster.gpus:
+        gang.error = f"gang {name} asks for {gang.gpus} GPUs; the cluster has {cluster.gpus}"
+        return gang
+    if gang.gpus > cluster.gpus_per_node and gang.gpus % cluster.gpus_per_node:
+        gang.error = f"gang {name}: {gang.gpus} GPUs is not a whole number of nodes"
+        return gang
+    if any(w.gpus > cluster.gpus_per_node for w in ws):
+        gang.error = f"a pod of gang {name} asks for more GPUs than a node has"
+        return gang
+    try:
+        layout([(ann.key(p), w.gpus) for p, w in zip(live, ws, strict=True)],
+               model.Block(0, gang.gpus), cluster, nodes or ["?"] * max(1, math.ceil(
+                   gang.gpus / max(1, cluster.gpus_per_node))))
+    except ann.AnnotationError as e:
+        gang.error = str(e)
+    return gang

@@ -1,0 +1,227 @@
+"""The FastAPI app: extender verbs, plan, health and metrics.
+
+`create_app(verbs, ...)` takes the decision-maker (the controller, or a stand-in
+in tests) and optional start/stop hooks run in the lifespan. The verbs read
+the body themselves (size limit, one JSON parse in the wire model) so a bad
+body is a 400 naming the problem and the hot path skips FastAPI's generic
+encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from extender import metrics
+from extender.api import page, wire
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+
+
+class Verbs(Protocol):
+    def filter(self, pod: dict[str, Any],
+               nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]: ...
+
+    def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[tuple[str, int]]: ...
+
+    def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None: ...
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _problem(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:5]:
+        where = ".".join(str(x) for x in err.get("loc", ())) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise BadRequest(413, f"request body of {declared} bytes exceeds {limit}")
+        except ValueError:
+            raise BadRequest(400, "bad Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    if not size:
+        raise BadRequest(400, "empty request body: expected a JSON object")
+    return b"".join(chunks)
+
+
+def _parse(model: type[wire._Wire], raw: bytes) -> Any:
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as e:
+        if any(err.get("type") == "json_invalid" for err in e.errors()):
+            raise BadRequest(400, f"malformed JSON: {_problem(e)}") from None
+        raise BadRequest(400, f"not a {model.__name__}: {_problem(e)}") from None
+
+
+def _pod_of(args: wire.ExtenderArgs) -> dict[str, Any]:
+    pod = args.Pod
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise BadRequest(400, "Pod.metadata.name is missing")
+    if not isinstance(meta.get("namespace", ""), str):
+        raise BadRequest(400, "Pod.metadata.namespace must be a string")
+    if "spec" in pod and not isinstance(pod["spec"], dict):
+        raise BadRequest(400, "Pod.spec must be an object")
+    return pod
+
+
+def _candidates(args: wire.ExtenderArgs) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
+    """Node names, and the Node objects by name when the scheduler sent full nodes."""
+    if args.NodeNames is not None:
+        return list(args.NodeNames), None
+    if args.Nodes is not None:
+        by_name: dict[str, dict[str, Any]] = {}
+        for i, n in enumerate(args.Nodes.items):
+            name = wire.node_name(n)
+            if name is None:
+                raise BadRequest(400, f"Nodes.items[{i}].metadata.name is missing")
+            by_name[name] = n
+        return list(by_name), by_name
+    raise BadRequest(400, "ExtenderArgs needs NodeNames or Nodes")
+
+
+def _json(body: bytes, status: int = 200) -> Response:
+    return Response(content=body, status_code=status, media_type=JSON)
+
+
+def _error(status: int, message: str) -> Response:
+    return _json(json.dumps({"Error": message}).encode(), status)
+
+
+def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
+               ready: Callable[[], bool] = lambda: True,
+               healthy: Callable[[], bool] = lambda: True,
+               on_start: Callable[[], None] | None = None,
+               on_stop: Callable[[], None] | None = None,
+               max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if on_start is not None:
+            await run_in_threadpool(on_start)
+        try:
+            yield
+        finally:
+            if on_stop is not None:
+                await run_in_threadpool(on_stop)
+
+    app = FastAPI(title="gpuroster", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    def timed(verb: str, started: float, outcome: str) -> None:
+        metrics.EXTENDER_REQUEST_DURATION.labels(verb=verb, outcome=outcome).observe(
+            time.perf_counter() - started)
+
+    @app.post("/filter")
+    async def filter_(request: Request) -> Response:
+        t0 = time.perf_counter()
+        try:
+            args = _parse(wire.ExtenderArgs, await _body(request, max_body_bytes))
+            pod = _pod_of(args)
+            names, full = _candidates(args)
+            passed, failed = verbs.filter(pod, names)
+        except BadRequest as e:
+            timed("filter", t0, "bad_request")
+            return _error(e.status, e.message)
+        if full is None:
+            result = wire.ExtenderFilterResult.model_construct(
+                Nodes=None, NodeNames=passed, FailedNodes={},
+                FailedAndUnresolvableNodes=failed, Error="")
+        else:
+            keep = wire.NodeList.model_construct(
+                metadata=args.Nodes.metadata if args.Nodes else {},
+                items=[full[n] for n in passed])
+            result = wire.ExtenderFilterResult.model_construct(
+                Nodes=keep, NodeNames=None, FailedNodes={},
+                FailedAndUnresolvableNodes=failed, Error="")
+        body = result.model_dump_json().encode()
+        timed("filter", t0, "pass" if passed else "reject")
+        return _json(body)
+
+    @app.post("/prioritize")
+    async def prioritize(request: Request) -> Response:
+        t0 = time.perf_counter()
+        try:
+            args = _parse(wire.ExtenderArgs, await _body(request, max_body_bytes))
+            pod = _pod_of(args)
+            names, _ = _candidates(args)
+            scores = verbs.prioritize(pod, names)
+        except BadRequest as e:
+            timed("prioritize", t0, "bad_request")
+            return _error(e.status, e.message)
+        out = [{"Host": h, "Score": max(0, min(wire.MAX_EXTENDER_PRIORITY, int(s)))}
+               for h, s in scores]
+        timed("prioritize", t0, "ok")
+        return _json(json.dumps(out, separators=(",", ":")).encode())
+
+    @app.post("/bind")
+    async def bind(request: Request) -> Response:
+        t0 = time.perf_counter()
+        try:
+            args = _parse(wire.ExtenderBindingArgs, await _body(request, max_body_bytes))
+        except BadRequest as e:
+            timed("bind", t0, "bad_request")
+            return _error(e.status, e.message)
+        error = await run_in_threadpool(verbs.bind, args.PodNamespace, args.PodName,
+                                        args.PodUID or None, args.Node)
+        timed("bind", t0, "error" if error else "bound")
+        return _json(wire.ExtenderBindingResult(Error=error or "").model_dump_json().encode())
+
+    @app.get("/plan")
+    async def plan() -> Response:
+        return JSONResponse(dict(view()))
+
+    @app.get("/plan/view")
+    async def plan_view() -> Response:
+        return HTMLResponse(page.render(view()))
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        return Response(content=metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        ok = healthy()
+        return Response(content=b"ok" if ok else b"unhealthy", status_code=200 if ok else 503,
+                        media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ok = ready()
+        return Response(content=b"ok" if ok else b"not ready", status_code=200 if ok else 503,
+                        media_type="text/plain")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        # Never a bare 500 with a stack: the scheduler logs the Error text.
+        log.exception("unexpected error on %s", request.url.path)
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    return app

@@ -1,0 +1,197 @@
+"""Settings of `gpuroster serve`: one dataclass, read from flags and `GPUROSTER_*` env.
+
+Flags win over the environment, the environment over the defaults. Every
+setting is validated once here, so the rest of the service trusts them.
+The env names are part of the Helm chart's contract: do not rename.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+DEFAULT_PRIORITY_CLASSES: dict[str, float] = {"critical": 8, "high": 4, "normal": 2, "low": 1}
+DEFAULT_DURATIONS: dict[str, str] = {
+    "training": "6h",
+    "batch-inference": "2h",
+    "quantization": "1h",
+}
+POLICIES = ("gpuroster", "fifo", "priority-skip", "priority-easy")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(d|h|m|s|ms))+\s*$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)")
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value; the message names the setting."""
+
+
+def parse_duration(text: str) -> float:
+    """`6h`, `90m`, `2d`, `1h30m`, `20s` -> seconds. Raises ValueError."""
+    if not isinstance(text, str) or not _DURATION.match(text):
+        raise ValueError(f"unparsable duration {text!r} (expected e.g. 6h, 90m, 2d, 1h30m)")
+    total = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(text))
+    if total <= 0 or not math.isfinite(total):
+        raise ValueError(f"duration {text!r} must be positive")
+    return total
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: str = "gpuroster"
+    step_seconds: float = 3600.0
+    horizon_steps: int = 24
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    prometheus_url: str = ""
+    realtime_penalty: float = 8.0
+    priority_classes: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    default_priority: str = "normal"
+    default_durations: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_DURATIONS))
+    gpus_per_node: int = 0  # 0: read from node allocatable (8 when no node says)
+    port: int = 8888
+    bind_address: str = "0.0.0.0"
+    leader_elect: bool = False
+    lease_namespace: str = "default"
+    lease_name: str = "gpuroster"
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    log_level: str = "INFO"
+    kubeconfig: str = ""  # empty: in-cluster
+    epoch: float = 0.0  # unix time of step 0; 0 = service start
+    resync_seconds: float = 300.0
+    max_body_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def steps_per_day(self) -> int:
+        return max(1, round(86400.0 / self.step_seconds))
+
+    def duration_steps(self, seconds: float) -> int:
+        """Whole steps covering `seconds` (at least one)."""
+        return max(1, math.ceil(seconds / self.step_seconds - 1e-9))
+
+
+def validate(s: Settings) -> None:
+    def bad(name: str, why: str) -> ConfigError:
+        return ConfigError(f"GPUROSTER_{name.upper()}: {why}")
+
+    if s.policy not in POLICIES:
+        raise bad("policy", f"unknown policy {s.policy!r}; known: {', '.join(POLICIES)}")
+    if not (s.step_seconds > 0 and math.isfinite(s.step_seconds)):
+        raise bad("step_seconds", f"must be a positive number, got {s.step_seconds!r}")
+    if s.horizon_steps < 1:
+        raise bad("horizon_steps", f"must be >= 1, got {s.horizon_steps}")
+    if s.realtime_penalty < 0:
+        raise bad("realtime_penalty", f"must be >= 0, got {s.realtime_penalty}")
+    if not s.priority_classes:
+        raise bad("priority_classes", "needs at least one class")
+    for k, v in s.priority_classes.items():
+        if not isinstance(v, int | float) or isinstance(v, bool) or not v > 0:
+            raise bad("priority_classes", f"class {k!r} needs a positive number, got {v!r}")
+    if s.default_priority not in s.priority_classes:
+        raise bad("default_priority",
+                  f"{s.default_priority!r} is not one of {sorted(s.priority_classes)}")
+    for k, d in s.default_durations.items():
+        try:
+            parse_duration(d)
+        except ValueError as e:
+            raise bad("default_durations", f"{k}: {e}") from None
+    if s.gpus_per_node < 0:
+        raise bad("gpus_per_node", f"must be >= 0, got {s.gpus_per_node}")
+    if not 0 <= s.port <= 65535:
+        raise bad("port", f"must be 0..65535, got {s.port}")
+    if bool(s.tls_cert_file) != bool(s.tls_key_file):
+        raise bad("tls_cert_file", "TLS needs both GPUROSTER_TLS_CERT_FILE and _KEY_FILE")
+    if s.log_level.upper() not in LOG_LEVELS:
+        raise bad("log_level", f"one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
+    if s.resync_seconds <= 0:
+        raise bad("resync_seconds", "must be positive")
+    if s.max_body_bytes < 1024:
+        raise bad("max_body_bytes", "must be at least 1024")
+
+
+# name, env suffix, parser from text, help
+_Parser = Any
+_FIELDS: tuple[tuple[str, _Parser, str], ...] = (
+    ("policy", str, "planning policy: " + " | ".join(POLICIES)),
+    ("step_seconds", float, "step length in seconds (production 900-3600; seconds in tests)"),
+    ("horizon_steps", int, "steps the planner looks ahead"),
+    ("namespaces", lambda t: tuple(x.strip() for x in t.split(",") if x.strip()),
+     "comma list of namespaces to manage (empty: all)"),
+    ("prometheus_url", str, "Prometheus base URL for gpuroster.io/demand-query"),
+    ("realtime_penalty", float, "cost of a real-time GPU-step short, x the service priority"),
+    ("priority_classes", json.loads, "JSON object: class name -> weight"),
+    ("default_priority", str, "class used when a pod names none"),
+    ("default_durations", json.loads, "JSON object: workload type -> duration (6h, 90m)"),
+    ("gpus_per_node", int, "GPUs per node (0: from node allocatable)"),
+    ("port", int, "HTTP port"),
+    ("bind_address", str, "HTTP bind address"),
+    ("leader_elect", _bool, "take a Lease before acting (several replicas)"),
+    ("lease_namespace", str, "namespace of the leader Lease"),
+    ("lease_name", str, "name of the leader Lease"),
+    ("tls_cert_file", str, "serve HTTPS with this certificate"),
+    ("tls_key_file", str, "and this key"),
+    ("log_level", str, "DEBUG | INFO | WARNING | ERROR"),
+    ("kubeconfig", str, "kubeconfig path (empty: in-cluster config)"),
+    ("epoch", float, "unix time of step 0 (0: when the service starts)"),
+    ("resync_seconds", float, "full relist of the cache every this many seconds"),
+    ("max_body_bytes", int, "largest extender request body accepted"),
+)
+
+
+def env_name(name: str) -> str:
+    return "GPUROSTER_" + name.upper()
+
+
+def parser(prog: str = "gpuroster serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run the gpuroster extender and controller.")
+    for name, _, help_text in _FIELDS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
+                       help=f"{help_text} [env {env_name(name)}]")
+    return p
+
+
+def load(argv: Sequence[str] = (), env: Mapping[str, str] | None = None,
+         prog: str = "gpuroster serve") -> Settings:
+    """Settings from flags and environment. Raises ConfigError naming the setting."""
+    import os
+
+    env = os.environ if env is None else env
+    args = parser(prog).parse_args(list(argv))
+    values: dict[str, Any] = {}
+    known = {f.name for f in fields(Settings)}
+    for name, convert, _ in _FIELDS:
+        assert name in known
+        raw = getattr(args, name)
+        if raw is None:
+            raw = env.get(env_name(name))
+        if raw is None or (raw == "" and name not in ("namespaces",)):
+            continue
+        try:
+            values[name] = convert(raw)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{env_name(name)}: cannot parse {raw!r}: {e}") from None
+    for name in ("priority_classes", "default_durations"):
+        if name in values and not isinstance(values[name], dict):
+            raise ConfigError(f"{env_name(name)}: needs a JSON object")
+    if "log_level" in values:
+        values["log_level"] = values["log_level"].upper()
+    return Settings(**values)

@@ -1,0 +1,46 @@
+"""Injectable time: the loop and the step numbering read it, tests move it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait up to `seconds` of this clock's time for `event`; True if it was set."""
+        ...
+
+
+class RealClock:
+    def now(self) -> float:
+        return time.time()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
+
+
+class FakeClock:
+    """Time moves only when a test calls `advance`."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.t = start
+        self._cond = threading.Condition()
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._cond:
+            self.t += seconds
+            self._cond.notify_all()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        deadline = self.t + seconds
+        with self._cond:
+            while not event.is_set() and self.t < deadline:
+                self._cond.wait(0.05)
+        return event.is_set()

@@ -1,0 +1,748 @@
+"""The step loop: re-plan the horizon from a snapshot, commit only the current step.
+
+Every round (`run_step`): snapshot the cache, build the planner input, call the
+policy, then commit what the plan says for *now*:
+
+- gangs whose planned start is now are admitted as a whole: the admission is
+  recorded in memory first, then written on every pod of the gang
+  (`gpuroster.io/block`, `admitted-at`, `node`); if any write fails the others
+  are undone and the gang stays queued (assume, write, undo). The write is a
+  pod update, which also requeues the pods in kube-scheduler;
+- each real-time service gets the plan's GPU set and its Deployment the
+  matching replica count (scale subresource);
+- waiting pods get an Event and a `gpuroster.io/Planned` condition when their
+  reason changes.
+
+The verbs (`filter`, `prioritize`, `bind`) read the `Table` published by the
+last round and a few counters; they never plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from extender import config, metrics
+from extender.adapter import annotations as ann
+from extender.adapter import kube, objects, prometheus, snapshot, watching
+from extender.controller import clock as clock_mod
+from extender.planner import forecasting, model, policies
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+HISTORY_KEEP = 7 * 24 * 4  # steps of past demand handed to the planner, at most
+
+
+@dataclass(frozen=True)
+class Table:
+    """What the extender verbs read: one immutable value per round, swapped whole."""
+
+    step: int = -1
+    next_step_at: float = 0.0
+    assigned: Mapping[str, str] = field(default_factory=dict)  # pod key -> node
+    waiting: Mapping[str, str] = field(default_factory=dict)  # pod key -> reason
+    pod_service: Mapping[str, str] = field(default_factory=dict)
+    service_planned: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass
+class StepResult:
+    step: int
+    admitted: list[str]
+    scaled: dict[str, int]
+    plan: model.Plan
+    plan_seconds: float
+
+
+def format_clock(t: float, step_seconds: float) -> str:
+    fmt = "%H:%M" if step_seconds >= 60 else "%H:%M:%S"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
+
+
+class Controller:
+    def __init__(self, settings: config.Settings, client: kube.Kube,
+                 cache: watching.Cache, *, clock: clock_mod.Clock | None = None,
+                 policy: policies.Policy | None = None,
+                 prometheus_query: Callable[..., list[float]] | None = None) -> None:
+        self.settings = settings
+        self.client = client
+        self.cache = cache
+        self.clock = clock or clock_mod.RealClock()
+        self.epoch = settings.epoch or self.clock.now()
+        self.policy = policy or self._make_policy()
+        self.query = prometheus_query or prometheus.query_range
+        self.table = Table()
+        self.view: dict[str, Any] = {}
+        self.state: metrics.StepState | None = None
+        self._lock = threading.Lock()
+        self._svc_used: dict[str, dict[str, int]] = {}
+        self._sets: dict[int, dict[str, frozenset[int]]] = {}  # step -> service GPU sets
+        self._explained: dict[str, str] = {}  # pod key -> last reason written
+        self._first_planned: dict[str, float] = {}
+        self._forecasts: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._woken: dict[str, int] = {}
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+        self.rounds = 0
+
+    def _make_policy(self) -> policies.Policy:
+        if self.settings.policy == "gpuroster":
+            return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty)
+        return policies.create(self.settings.policy)
+
+    # --- time ---------------------------------------------------------------------
+
+    def step_of(self, t: float) -> int:
+        return math.floor((t - self.epoch) / self.settings.step_seconds + 1e-9)
+
+    def time_of(self, step: int) -> float:
+        return self.epoch + step * self.settings.step_seconds
+
+    # --- the loop -----------------------------------------------------------------
+
+    def mark_dirty(self, kind: str = "") -> None:
+        self._dirty.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="step-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        # Between boundaries, re-plan on cache changes (new pods can start this step),
+        # at most every `min_gap` seconds; the step number only moves at boundaries.
+        min_gap = min(10.0, max(0.2, self.settings.step_seconds / 5))
+        last = -math.inf
+        while not self._stop.is_set():
+            if not self.cache.synced():
+                self.cache.wait_synced(0.5)
+                continue
+            now = self.clock.now()
+            boundary = self.step_of(now) != self.table.step
+            if boundary or (self._dirty.is_set() and now - last >= min_gap):
+                self._dirty.clear()
+                last = now
+                try:
+                    self.run_step()
+                    self.last_error = None
+                except Exception as e:  # noqa: BLE001 - the loop must survive a bad round
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    log.exception("step failed")
+                continue
+            until_boundary = self.time_of(self.table.step + 1) - now
+            wait = min(until_boundary, max(0.05, min_gap - (now - last)) if
+                       self._dirty.is_set() else until_boundary)
+            if self._dirty.is_set():
+                self.clock.wait(self._stop, max(0.01, wait))
+            else:
+                self.clock.wait(self._dirty, max(0.01, min(wait, 5.0)))
+
+    # --- one round ----------------------------------------------------------------
+
+    def take_snapshot(self) -> snapshot.Snapshot:
+        c = self.cache
+        return snapshot.build(c.items("nodes"), c.items("pods"), c.items("deployments"),
+                              c.items("configmaps"), self.settings, c.assumed(),
+                              self.settings.namespaces)
+
+    def run_step(self) -> StepResult:
+        now = self.clock.now()
+        step = self.step_of(now)
+        snap = self.take_snapshot()
+        inp, problems = self.plan_input(snap, step, now)
+        t0 = time.perf_counter()
+        plan = self.policy.plan(inp)
+        took = time.perf_counter() - t0
+        metrics.PLAN_DURATION.observe(took)
+        metrics.STEPS.inc()
+        admitted, failed = self._admit(snap, plan, step, now)
+        sets = {s: g for s, g in plan.service_gpus.items()}
+        self._sets[step] = sets
+        for old in [k for k in self._sets if k < step - 2]:
+            del self._sets[old]
+        self._publish(snap, plan, step, admitted, failed, problems)
+        scaled = self._scale(snap, plan, step, inp)
+        self._explain(snap, plan, step, now, admitted, failed, problems)
+        self._record(snap, plan, inp, step, now, admitted, took)
+        self.rounds += 1
+        return StepResult(step, sorted(admitted), scaled, plan, took)
+
+    # --- planner input ------------------------------------------------------------
+
+    def plan_input(self, snap: snapshot.Snapshot, step: int,
+                   now: float) -> tuple[model.PlanInput, dict[str, str]]:
+        s = self.settings
+        c = snap.cluster
+        problems: dict[str, str] = {}  # service -> problem
+        running: list[model.RunningJob] = []
+        queued: list[model.QueuedJob] = []
+        held = 0
+        for g in snap.gangs.values():
+            w = g.work
+            prio = w.priority if w else float(s.priority_classes[s.default_priority])
+            wtype = w.workload if w else "training"
+            est = s.duration_steps(w.duration_seconds) if w else 1
+            if g.admission is not None:
+                b = g.admission.block
+                if b.end > c.gpus or held & b.mask:
+                    continue  # its nodes are gone or it overlaps: keep it out of the grid
+                held |= b.mask
+                start = math.floor((g.admission.admitted_at - self.epoch) / s.step_seconds + 1e-9)
+                running.append(model.RunningJob(g.name, b.size, b, min(start, step), est, prio,
+                                                wtype))
+            elif g.error is None and g.waiting_for is None and w is not None:
+                arrival = min(step, math.floor((g.arrival - self.epoch) / s.step_seconds + 1e-9))
+                queued.append(model.QueuedJob(g.name, g.gpus, est, arrival, prio, wtype))
+        services: list[model.ServiceState] = []
+        prev = self._previous_sets(step)
+        taken = held
+        for name, sv in sorted(snap.services.items()):
+            try:
+                fc, past = self._forecast(snap, sv, step, now)
+            except ann.AnnotationError as e:
+                problems[name] = str(e)
+                continue
+            if name in prev:
+                current = frozenset(x for x in prev[name] if x < c.gpus)
+            else:
+                current = self._placed_set(snap, sv, taken)
+            taken |= _mask(current)
+            services.append(model.ServiceState(
+                name=name, priority=sv.spec.priority, max_swap=sv.spec.max_swap,
+                forecast=fc, past_demand=tuple(int(round(x)) for x in past),
+                current_gpus=current, reservation=max(fc) if fc else 0,
+                past_forecast=tuple(int(round(x)) for x in past)))
+        unavailable = set(snap.unavailable)
+        for node, n in snap.foreign.items():
+            if node not in snap.node_index:
+                continue
+            for gpu in snap.node_gpus(node):
+                if n <= 0:
+                    break
+                if not taken >> gpu & 1 and gpu not in unavailable:
+                    unavailable.add(gpu)
+                    n -= 1
+        inp = model.PlanInput(now=step, cluster=c, horizon=s.horizon_steps,
+                              queued=tuple(sorted(queued, key=lambda q: (q.arrival_step, q.name))),
+                              running=tuple(running), services=tuple(services),
+                              unavailable_gpus=frozenset(unavailable),
+                              steps_per_day=s.steps_per_day())
+        return inp, problems
+
+    def _previous_sets(self, step: int) -> dict[str, frozenset[int]]:
+        earlier = [k for k in self._sets if k < step]
+        return self._sets[max(earlier)] if earlier else {}
+
+    def _placed_set(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+                    taken: int) -> frozenset[int]:
+        """After a restart: the service's GPUs from where its pods run (top of each node)."""
+        out: set[int] = set()
+        for node, n in sv.gpus_by_node.items():
+            if node not in snap.node_index:
+                continue
+            for gpu in reversed(snap.node_gpus(node)):
+                if n <= 0:
+                    break
+                if not taken >> gpu & 1:
+                    out.add(gpu)
+                    n -= 1
+        return frozenset(out)
+
+    def _forecast(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo, step: int,
+                  now: float) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        s = self.settings
+        H = s.horizon_steps
+        per = sv.spec.gpus_per_replica
+        ns = sv.spec.name.split("/", 1)[0]
+
+        def whole(x: float) -> int:
+            return int(math.ceil(max(0.0, x) / per - 1e-9) * per)
+
+        cached = self._forecasts.get((sv.spec.name, step))
+        if cached is not None and not sv.spec.demand_configmap:
+            return cached
+        if sv.spec.demand_configmap:
+            cm = snap.configmaps.get(f"{ns}/{sv.spec.demand_configmap}")
+            if cm is None:
+                raise ann.AnnotationError(
+                    f"{ann.DEMAND_CONFIGMAP}: ConfigMap {ns}/{sv.spec.demand_configmap} not found")
+            d = ann.demand(cm)
+            if d.curve:
+                L = len(d.curve)
+                fc = tuple(whole(d.curve[(step + k) % L]) for k in range(H))
+                lo = max(0, step - HISTORY_KEEP)
+                past = tuple(float(d.curve[k % L]) for k in range(lo, max(lo, step)))
+                return fc, past
+            history: Sequence[float] = d.history
+            spd = d.steps_per_day or s.steps_per_day()
+        else:
+            assert sv.spec.demand_query is not None
+            if not s.prometheus_url:
+                raise ann.AnnotationError(
+                    f"{ann.DEMAND_QUERY} needs GPUROSTER_PROMETHEUS_URL to be set")
+            n = min(HISTORY_KEEP, 4 * 7 * s.steps_per_day())
+            end = self.time_of(step)
+            history = self.query(s.prometheus_url, sv.spec.demand_query,
+                                 end - n * s.step_seconds, end, s.step_seconds)
+            spd = s.steps_per_day()
+        try:
+            f = forecasting.forecast(history, H, spd)
+        except ValueError as e:
+            raise ann.AnnotationError(f"demand history: {e}") from None
+        out = tuple(whole(v) for v in f.values), tuple(history[-HISTORY_KEEP:])
+        self._forecasts = {k: v for k, v in self._forecasts.items() if k[1] >= step - 1}
+        self._forecasts[(sv.spec.name, step)] = out
+        return out
+
+    # --- commit: gangs ------------------------------------------------------------
+
+    def _admit(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
+               now: float) -> tuple[dict[str, snapshot.Admission], dict[str, str]]:
+        admitted: dict[str, snapshot.Admission] = {}
+        failed: dict[str, str] = {}
+        for name, block in sorted(plan.starts.items()):
+            gang = snap.gangs.get(name)
+            if gang is None or gang.admission is not None or gang.work is None:
+                continue
+            try:
+                per_pod = snapshot.layout(
+                    [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods],
+                    block, snap.cluster, snap.nodes)
+            except ann.AnnotationError as e:
+                failed[name] = str(e)
+                continue
+            adm = snapshot.Admission(block=block, admitted_at=now, nodes=per_pod)
+            label = block.label(snap.cluster, snap.nodes)
+            done: list[Obj] = []
+            error = None
+            for pod in gang.pods:
+                m = pod.get("metadata") or {}
+                k = ann.key(pod)
+                try:
+                    new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                                objects.admission_patch(label, now, per_pod[k]))
+                    done.append(pod)
+                    if isinstance(new, dict) and new.get("metadata"):
+                        self.cache.put("pods", new)
+                except kube.ApiError as e:
+                    error = f"admission write failed on {k}: {e}"
+                    break
+            if error is not None:
+                for pod in done:  # undo: no partial gang
+                    m = pod.get("metadata") or {}
+                    try:
+                        new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                                    objects.admission_undo())
+                        if isinstance(new, dict) and new.get("metadata"):
+                            self.cache.put("pods", new)
+                    except kube.ApiError:
+                        log.exception("undo of admission on %s failed", ann.key(pod))
+                failed[name] = error
+                metrics.GANG_ADMISSIONS.labels(outcome="failed").inc()
+                log.warning("gang %s not admitted: %s", name, error)
+                continue
+            admitted[name] = adm
+            metrics.GANG_ADMISSIONS.labels(outcome="admitted").inc()
+            w = gang.work
+            metrics.QUEUE_WAIT.labels(priority=self._priority_label(w.priority)).observe(
+                max(0.0, now - gang.arrival))
+            first = self._first_planned.pop(name, None)
+            if first is not None:
+                metrics.PLANNED_START_DELAY.observe(now - first)
+            log.info("admitted gang %s on %s at step %d", name, label, step)
+        return admitted, failed
+
+    def _priority_label(self, p: float) -> str:
+        for k, v in self.settings.priority_classes.items():
+            if float(v) == p:
+                return k
+        return f"{p:g}"
+
+    # --- commit: services -------------------------------------------------------
+
+    def _scale(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
+               inp: model.PlanInput) -> dict[str, int]:
+        scaled: dict[str, int] = {}
+        planned = self.table.service_planned
+        for name, gpus in sorted(plan.service_gpus.items()):
+            sv = snap.services.get(name)
+            if sv is None:
+                continue
+            per = sv.spec.gpus_per_replica
+            want = len(gpus) // per
+            ns, dep = name.split("/", 1)
+            if want < sv.replicas:
+                self._steer_scale_down(snap, sv, planned.get(name, {}))
+            if want != sv.replicas:
+                try:
+                    self.client.scale(ns, dep, want)
+                    scaled[name] = want
+                    log.info("service %s: %d -> %d replicas at step %d", name, sv.replicas,
+                             want, step)
+                except kube.ApiError as e:
+                    log.warning("scaling %s to %d failed: %s", name, want, e)
+            # Pending pods of the service may now fit: wake them once per step.
+            free = sum(max(0, n - sv.gpus_by_node.get(node, 0))
+                       for node, n in planned.get(name, {}).items())
+            if free > 0:
+                for p in sv.pending:
+                    self._wake(p, step)
+        return scaled
+
+    def _steer_scale_down(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+                          planned: Mapping[str, int]) -> None:
+        """Pods on nodes the plan took GPUs from go first (pod-deletion-cost)."""
+        for k, svc in snap.pod_service.items():
+            if svc != sv.spec.name:
+                continue
+            pod = snap.pods.get(k)
+            if pod is None or not snapshot.pod_live(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            surplus = sv.gpus_by_node.get(node or "", 0) - planned.get(node or "", 0)
+            cost = -100 if (not node or surplus > 0) else 100
+            current = ann.annotations_of(pod).get(objects.DELETION_COST)
+            if current == str(cost):
+                continue
+            m = pod.get("metadata") or {}
+            try:
+                self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                      objects.deletion_cost_patch(cost))
+            except kube.ApiError as e:
+                log.debug("deletion cost on %s: %s", k, e)
+
+    def _wake(self, pod: Obj, step: int) -> None:
+        k = ann.key(pod)
+        if self._woken.get(k) == step:
+            return
+        self._woken[k] = step
+        m = pod.get("metadata") or {}
+        try:
+            self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                  objects.wake_patch(step))
+        except kube.ApiError as e:
+            log.debug("wake %s: %s", k, e)
+
+    # --- the table the verbs read -------------------------------------------------
+
+    def _publish(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
+                 admitted: Mapping[str, snapshot.Admission], failed: Mapping[str, str],
+                 problems: Mapping[str, str]) -> None:
+        assigned: dict[str, str] = {}
+        waiting: dict[str, str] = {}
+        for name, g in snap.gangs.items():
+            adm = g.admission or admitted.get(name)
+            if adm is not None:
+                assigned.update(adm.nodes)
+                if g.error:  # late pods of an admitted gang
+                    for p in g.pods:
+                        if ann.key(p) not in adm.nodes:
+                            waiting[ann.key(p)] = g.error
+                continue
+            waiting.update({k: self._reason(snap, plan, g, failed) for k in g.pod_keys()})
+        g_per = snap.cluster.gpus_per_node
+        service_planned: dict[str, dict[str, int]] = {}
+        for name, gpus in plan.service_gpus.items():
+            per_node: dict[str, int] = {}
+            for gpu in gpus:
+                i = gpu // g_per
+                if i < len(snap.nodes):
+                    per_node[snap.nodes[i]] = per_node.get(snap.nodes[i], 0) + 1
+            service_planned[name] = per_node
+        for name in problems:
+            service_planned.setdefault(name, {})
+        with self._lock:
+            self._svc_used = {n: dict(sv.gpus_by_node) for n, sv in snap.services.items()}
+        self.table = Table(step=step, next_step_at=self.time_of(step + 1), assigned=assigned,
+                           waiting=waiting, pod_service=dict(snap.pod_service),
+                           service_planned=service_planned, nodes=tuple(snap.nodes))
+
+    def _reason(self, snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
+                failed: Mapping[str, str]) -> str:
+        if g.error:
+            return f"bad annotations: {g.error}"
+        if g.waiting_for:
+            return g.waiting_for
+        if g.name in failed:
+            return f"waiting: {failed[g.name]}; retrying next step"
+        start = plan.planned_start.get(g.name)
+        if start is None:
+            return "waiting: not in the plan's horizon"
+        block = plan.planned_block.get(g.name)
+        where = f" on {block.label(snap.cluster, snap.nodes).split(':')[0]}" if block else ""
+        when = format_clock(self.time_of(start), self.settings.step_seconds)
+        return f"waiting: planned start {when}{where} (step {start})"
+
+    # --- why pending ------------------------------------------------------------
+
+    def _explain(self, snap: snapshot.Snapshot, plan: model.Plan, step: int, now: float,
+                 admitted: Mapping[str, snapshot.Admission], failed: Mapping[str, str],
+                 problems: Mapping[str, str]) -> None:
+        for name in plan.planned_start:
+            if name not in admitted and name in snap.gangs:
+                self._first_planned.setdefault(name, self.time_of(plan.planned_start[name]))
+        seen: set[str] = set()
+        for name, g in snap.gangs.items():
+            if name in admitted:
+                for p in g.pods:
+                    k = ann.key(p)
+                    seen.add(k)
+                    node = admitted[name].nodes.get(k, "")
+                    msg = (f"admitted at step {step}: block "
+                           f"{admitted[name].block.label(snap.cluster, snap.nodes)}, node {node}")
+                    self._tell(p, "Admitted", msg, now, True, False)
+                continue
+            if g.admission is not None and not g.error:
+                seen.update(g.pod_keys())
+                continue
+            for p in g.pods:
+                k = ann.key(p)
+                seen.add(k)
+                if g.admission is not None and k in g.admission.nodes:
+                    continue
+                reason = self.table.waiting.get(k)
+                if reason is None:
+                    continue
+                bad = reason.startswith("bad annotations")
+                if bad and self._explained.get(k) != reason:
+                    metrics.ANNOTATION_ERRORS.inc()
+                self._tell(p, "InvalidAnnotations" if bad else "Waiting", reason, now,
+                           False, bad)
+        for name, problem in problems.items():
+            sv = snap.services.get(name)
+            if sv is None:
+                continue
+            for p in sv.pending:
+                seen.add(ann.key(p))
+                self._tell(p, "InvalidDemand", f"service {name}: {problem}", now, False, True)
+        for k in [k for k in self._explained if k not in seen]:
+            del self._explained[k]
+
+    def _tell(self, pod: Obj, reason: str, message: str, now: float, status: bool,
+              warning: bool) -> None:
+        k = ann.key(pod)
+        if self._explained.get(k) == message:
+            return
+        self._explained[k] = message
+        m = pod.get("metadata") or {}
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        try:
+            self.client.create_event(ns, objects.event(pod, reason, message, now, warning))
+            self.client.patch_pod_status(ns, name,
+                                         objects.condition_patch(status, reason, message, now))
+        except kube.ApiError as e:
+            log.debug("explaining %s: %s", k, e)
+
+    # --- observability ------------------------------------------------------------
+
+    def _record(self, snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput,
+                step: int, now: float, admitted: Mapping[str, snapshot.Admission],
+                took: float) -> None:
+        st = metrics.StepState(gpus_total=snap.cluster.gpus - len(snap.unavailable), step=step)
+        value = 0.0
+        for r in inp.running:
+            st.allocated_by_workload[r.type] = st.allocated_by_workload.get(r.type, 0) + r.gpus
+            value += r.gpus * r.priority
+        for q in inp.queued:
+            if q.name in admitted:
+                st.allocated_by_workload[q.type] = st.allocated_by_workload.get(q.type, 0) + q.gpus
+                value += q.gpus * q.priority
+            else:
+                label = self._priority_label(q.priority)
+                st.queue_length[label] = st.queue_length.get(label, 0) + 1
+                wait = max(0.0, now - self.time_of(q.arrival_step))
+                st.queue_oldest_wait_seconds[label] = max(
+                    st.queue_oldest_wait_seconds.get(label, 0.0), wait)
+        st.useful_by_workload = dict(st.allocated_by_workload)
+        rt = model.REALTIME_TYPE
+        for v in inp.services:
+            a = len(plan.service_gpus.get(v.name, ()))
+            d = v.forecast[0] if v.forecast else 0
+            st.service_demand[v.name] = d
+            st.service_allocated[v.name] = a
+            st.allocated_by_workload[rt] = st.allocated_by_workload.get(rt, 0) + a
+            st.useful_by_workload[rt] = st.useful_by_workload.get(rt, 0) + min(a, d)
+            value += min(a, d) * v.priority
+        st.value_rate = value
+        self.state = st
+        self.view = plan_view(snap, plan, inp, step, self.time_of(step),
+                              self.settings.step_seconds, took)
+
+    # --- the verbs ----------------------------------------------------------------
+
+    def filter(self, pod: Obj, nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """(nodes that pass, failed node -> reason)."""
+        t = self.table
+        k = ann.key(pod)
+        node = t.assigned.get(k)
+        if node is not None:
+            passed = [n for n in nodes if n == node]
+            why = f"the plan assigns this pod to {node}"
+            return passed, {n: why for n in nodes if n != node}
+        svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
+        if svc is not None and svc in t.service_planned:
+            return self._filter_service(pod, svc, nodes, t)
+        reason = t.waiting.get(k)
+        if reason is None:
+            ns = (pod.get("metadata") or {}).get("namespace")
+            if self.settings.namespaces and ns not in self.settings.namespaces:
+                return list(nodes), {}
+            when = format_clock(t.next_step_at, self.settings.step_seconds)
+            reason = f"waiting: not planned yet (next step at {when})"
+        return [], {n: reason for n in nodes}
+
+    def _filter_service(self, pod: Obj, svc: str, nodes: Sequence[str],
+                        t: Table) -> tuple[list[str], dict[str, str]]:
+        try:
+            need = ann.pod_gpus(pod.get("spec") or {})
+        except ann.AnnotationError as e:
+            return [], {n: str(e) for n in nodes}
+        planned = t.service_planned.get(svc, {})
+        used = self._svc_used.get(svc, {})
+        passed, failed = [], {}
+        for n in nodes:
+            free = planned.get(n, 0) - used.get(n, 0)
+            if free >= need:
+                passed.append(n)
+            else:
+                failed[n] = (f"service {svc}: the plan holds {planned.get(n, 0)} GPUs here "
+                             f"for it, {used.get(n, 0)} in use")
+        return passed, failed
+
+    def prioritize(self, pod: Obj, nodes: Sequence[str]) -> list[tuple[str, int]]:
+        t = self.table
+        k = ann.key(pod)
+        node = t.assigned.get(k)
+        if node is not None:
+            return [(n, 10 if n == node else 0) for n in nodes]
+        svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
+        if svc is not None and svc in t.service_planned:
+            planned = t.service_planned[svc]
+            used = self._svc_used.get(svc, {})
+            free = {n: planned.get(n, 0) - used.get(n, 0) for n in nodes}
+            top = max(free.values(), default=0)
+            return [(n, 10 if top > 0 and free[n] == top else (5 if free[n] > 0 else 0))
+                    for n in nodes]
+        return [(n, 0) for n in nodes]
+
+    def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None:
+        """Assume, bind, undo on failure. Returns an error message or None."""
+        k = f"{namespace}/{name}"
+        t = self.table
+        pod = self.cache.get("pods", k)
+        svc = t.pod_service.get(k) or (snapshot.deployment_of(pod) if pod else None)
+        want = t.assigned.get(k)
+        gpus = 0
+        if want is not None:
+            if want != node:
+                metrics.BINDINGS.labels(outcome="refused").inc()
+                return f"pod {k} is assigned to {want} by the plan, not {node}"
+        elif svc is not None and svc in t.service_planned:
+            gpus = ann.pod_gpus((pod or {}).get("spec") or {}) if pod else 1
+            with self._lock:
+                used = self._svc_used.setdefault(svc, {})
+                free = t.service_planned[svc].get(node, 0) - used.get(node, 0)
+                if free < gpus:
+                    metrics.BINDINGS.labels(outcome="refused").inc()
+                    return f"service {svc}: no planned GPU free on {node}"
+                used[node] = used.get(node, 0) + gpus
+        elif not (self.settings.namespaces and namespace not in self.settings.namespaces):
+            metrics.BINDINGS.labels(outcome="refused").inc()
+            return f"pod {k} is not admitted by the plan"
+        self.cache.assume(k, node)
+        try:
+            self.client.bind(namespace, name, uid, node)
+        except kube.ApiError as e:
+            self.cache.forget(k)
+            if gpus:
+                with self._lock:
+                    used = self._svc_used.setdefault(svc or "", {})
+                    used[node] = max(0, used.get(node, 0) - gpus)
+            metrics.BINDINGS.labels(outcome="failed").inc()
+            return f"binding {k} to {node} failed: {e}"
+        metrics.BINDINGS.labels(outcome="bound").inc()
+        return None
+
+
+def _mask(gpus: frozenset[int]) -> int:
+    m = 0
+    for g in gpus:
+        m |= 1 << g
+    return m
+
+
+def plan_view(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step: int,
+              step_start: float, step_seconds: float, took: float) -> dict[str, Any]:
+    """The plan as JSON for `GET /plan`: GPU x step grid over the horizon, jobs, services."""
+    c = snap.cluster
+    H = inp.horizon
+    grid: list[list[str | None]] = [[None] * H for _ in range(c.gpus)]
+    for gpu in inp.unavailable_gpus:
+        if gpu < c.gpus:
+            grid[gpu] = ["(unavailable)"] * H
+    jobs: dict[str, Any] = {}
+    for r in inp.running:
+        end = min(H, r.expected_end(step) - step)
+        for gpu in r.block.gpus():
+            for k in range(max(0, end)):
+                grid[gpu][k] = r.name
+        jobs[r.name] = {"state": "running", "gpus": r.gpus, "priority": r.priority,
+                        "type": r.type, "block": r.block.label(c, snap.nodes),
+                        "start_step": r.start_step, "expected_end_step": r.expected_end(step)}
+    for q in inp.queued:
+        start = plan.planned_start.get(q.name)
+        block = plan.planned_block.get(q.name)
+        jobs[q.name] = {"state": "admitted" if q.name in plan.starts else "queued",
+                        "gpus": q.gpus, "priority": q.priority, "type": q.type,
+                        "arrival_step": q.arrival_step, "planned_start_step": start,
+                        "block": block.label(c, snap.nodes) if block else None,
+                        "estimate_steps": q.estimate_steps,
+                        "reason": plan.reasons.get(q.name)}
+        if start is not None and block is not None:
+            for k in range(max(0, start - step), min(H, start - step + q.estimate_steps)):
+                for gpu in block.gpus():
+                    if grid[gpu][k] is None:
+                        grid[gpu][k] = q.name
+    services: dict[str, Any] = {}
+    for v in inp.services:
+        now_gpus = sorted(plan.service_gpus.get(v.name, frozenset()))
+        counts = list(plan.service_counts.get(v.name, ())) or [len(now_gpus)]
+        services[v.name] = {"gpus_now": now_gpus, "counts": counts,
+                            "forecast": list(v.forecast[:H]), "max_swap": v.max_swap,
+                            "priority": v.priority}
+        for gpu in now_gpus:
+            if gpu < c.gpus:
+                grid[gpu][0] = v.name
+        # Later steps: the planned count, drawn on the highest free GPUs (indicative).
+        for k in range(1, min(H, len(counts))):
+            need = counts[k]
+            for gpu in sorted(now_gpus, reverse=True) + list(range(c.gpus - 1, -1, -1)):
+                if need <= 0:
+                    break
+                if grid[gpu][k] is None:
+                    grid[gpu][k] = v.name
+                    need -= 1
+    return {
+        "step": step, "step_seconds": step_seconds, "step_start": step_start,
+        "step_start_utc": snapshot.format_time(step_start), "horizon": H,
+        "nodes": list(snap.nodes), "gpus_per_node": c.gpus_per_node,
+        "grid": grid, "jobs": jobs, "services": services,
+        "queue": [q.name for q in inp.queued if q.name not in plan.starts],
+        "plan_seconds": took,
+    }

@@ -1,0 +1,133 @@
+"""Prometheus metrics of the service, all in one place (names per KUBERNETES.md).
+
+Counters and histograms are updated where things happen; the state of the
+latest step (allocation, queue, services) is read at scrape time by
+`StepCollector` from whatever `set_state_source` installed, so a scrape never
+sees a half-written step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+EXTENDER_REQUEST_DURATION = Histogram(
+    "gpuroster_extender_request_duration_seconds",
+    "Time to answer a kube-scheduler extender call, by verb and outcome.",
+    ["verb", "outcome"], buckets=_FAST, registry=REGISTRY)
+PLAN_DURATION = Histogram(
+    "gpuroster_plan_duration_seconds", "Time to re-plan the horizon (one policy call).",
+    buckets=_FAST + (5.0, 10.0, 30.0), registry=REGISTRY)
+GANG_ADMISSIONS = Counter(
+    "gpuroster_gang_admissions_total", "Gangs admitted (given their block), by outcome.",
+    ["outcome"], registry=REGISTRY)
+BINDINGS = Counter(
+    "gpuroster_bindings_total", "Pod bindings made by the extender, by outcome.",
+    ["outcome"], registry=REGISTRY)
+WATCH_RESTARTS = Counter(
+    "gpuroster_watch_restarts_total", "Watch restarts, by kind and reason (gone, error, resync).",
+    ["kind", "reason"], registry=REGISTRY)
+STEPS = Counter("gpuroster_steps_total", "Plan-and-commit rounds run.", registry=REGISTRY)
+QUEUE_WAIT = Histogram(
+    "gpuroster_queue_wait_seconds", "Arrival to admission of a gang, by priority.",
+    ["priority"], buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400),
+    registry=REGISTRY)
+PLANNED_START_DELAY = Histogram(
+    "gpuroster_planned_start_delay_seconds",
+    "Admission time minus the first planned start the plan announced for the gang.",
+    buckets=(-3600, -60, 0, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 86400), registry=REGISTRY)
+ANNOTATION_ERRORS = Counter(
+    "gpuroster_annotation_errors_total", "Pods or Deployments found with bad annotations.",
+    registry=REGISTRY)
+
+
+@dataclass
+class StepState:
+    """What the latest step knows, for gauges read at scrape time."""
+
+    gpus_total: int = 0
+    allocated_by_workload: dict[str, int] = field(default_factory=dict)
+    useful_by_workload: dict[str, int] = field(default_factory=dict)
+    value_rate: float = 0.0
+    service_demand: dict[str, int] = field(default_factory=dict)
+    service_allocated: dict[str, int] = field(default_factory=dict)
+    queue_length: dict[str, int] = field(default_factory=dict)  # by priority
+    queue_oldest_wait_seconds: dict[str, float] = field(default_factory=dict)
+    step: int = 0
+
+
+def _source() -> (StepState | None):
+    return None
+
+
+def set_state_source(source: Callable[[], StepState | None]) -> None:
+    global _source
+    _source = source
+
+
+class StepCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        s = _source() or StepState()
+        alloc = GaugeMetricFamily("gpuroster_gpus_allocated",
+                                  "GPUs held this step, by workload type.", labels=["workload"])
+        useful = GaugeMetricFamily("gpuroster_gpus_useful",
+                                   "GPUs doing useful work this step (services capped at "
+                                   "demand), by workload type.", labels=["workload"])
+        for w, n in sorted(s.allocated_by_workload.items()):
+            alloc.add_metric([w], n)
+        for w, n in sorted(s.useful_by_workload.items()):
+            useful.add_metric([w], n)
+        yield alloc
+        yield useful
+        yield GaugeMetricFamily("gpuroster_gpus", "GPUs the plan manages.", value=s.gpus_total)
+        used = sum(s.useful_by_workload.values())
+        yield GaugeMetricFamily("gpuroster_utilization",
+                                "Useful GPUs / all GPUs this step (0..1).",
+                                value=used / s.gpus_total if s.gpus_total else 0.0)
+        yield GaugeMetricFamily("gpuroster_value_rate",
+                                "Priority-weighted useful GPUs this step (value per step).",
+                                value=s.value_rate)
+        demand = GaugeMetricFamily("gpuroster_realtime_demand_gpus",
+                                   "Real-time demand this step (forecast), by service.",
+                                   labels=["service"])
+        allocated = GaugeMetricFamily("gpuroster_realtime_allocated_gpus",
+                                      "GPUs the plan holds for a service this step.",
+                                      labels=["service"])
+        short = GaugeMetricFamily("gpuroster_realtime_shortfall_gpus",
+                                  "max(0, demand - allocated) this step, by service.",
+                                  labels=["service"])
+        for name in sorted(s.service_demand):
+            d, a = s.service_demand[name], s.service_allocated.get(name, 0)
+            demand.add_metric([name], d)
+            allocated.add_metric([name], a)
+            short.add_metric([name], max(0, d - a))
+        yield demand
+        yield allocated
+        yield short
+        q = GaugeMetricFamily("gpuroster_queue_length", "Gangs waiting, by priority.",
+                              labels=["priority"])
+        oldest = GaugeMetricFamily("gpuroster_queue_oldest_wait_seconds",
+                              "Wait so far of the oldest waiting gang, by priority.",
+                              labels=["priority"])
+        for p in sorted(s.queue_length):
+            q.add_metric([p], s.queue_length[p])
+            oldest.add_metric([p], s.queue_oldest_wait_seconds.get(p, 0.0))
+        yield q
+        yield oldest
+        yield GaugeMetricFamily("gpuroster_step", "The step last committed.", value=s.step)
+
+
+REGISTRY.register(StepCollector())
+
+
+def exposition() -> bytes:
+    return generate_latest(REGISTRY)

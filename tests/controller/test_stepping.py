@@ -1,0 +1,264 @@
+"""The step loop on a fake API server: admission, waits, restart, binding, services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender import config
+from extender.adapter import annotations as ann
+from extender.adapter import watching
+from extender.controller import clock as clock_mod
+from extender.controller import stepping
+from tests import kubefake
+from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
+
+START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+class Rig:
+    def __init__(self, nodes: int = 2, policy: str = "gpuroster", step: float = 10.0,
+                 fake: FakeKube | None = None) -> None:
+        self.fake = fake or FakeKube()
+        if fake is None:
+            for i in range(nodes):
+                self.fake.add("nodes", node(i))
+        self.clock = clock_mod.FakeClock(START)
+        self.settings = config.Settings(policy=policy, step_seconds=step, epoch=START)
+        self.cache = watching.Cache(self.fake)
+        self.ctl = stepping.Controller(self.settings, self.fake, self.cache, clock=self.clock)
+        self.sync()
+
+    def sync(self) -> None:
+        for i in self.cache.all():
+            i.relist()
+
+    def step(self) -> stepping.StepResult:
+        self.sync()
+        r = self.ctl.run_step()
+        self.sync()
+        return r
+
+    def advance(self, steps: int = 1) -> stepping.StepResult:
+        self.clock.advance(steps * self.settings.step_seconds)
+        return self.step()
+
+    def notes(self, key: str) -> dict[str, str]:
+        return dict(self.fake.pod(key)["metadata"].get("annotations") or {})
+
+
+def gang(fake: FakeKube, name: str, pods: int, gpus: int, **kw: Any) -> list[str]:
+    keys = []
+    for i in range(pods):
+        b = make_pod(f"{name}-{i}").gpus(gpus).gang(name, pods).duration(kw.get("d", "30s"))
+        if "priority" in kw:
+            b.priority(kw["priority"])
+        fake.add("pods", b.build())
+        keys.append(f"ns/{name}-{i}")
+    return keys
+
+
+def test_gang_of_four_is_admitted_whole_on_one_node() -> None:
+    rig = Rig()
+    keys = gang(rig.fake, "g", 4, 2)
+    r = rig.step()
+    assert r.admitted == ["ns/g"]
+    blocks = {rig.notes(k)[ann.BLOCK] for k in keys}
+    nodes = {rig.notes(k)[ann.NODE] for k in keys}
+    assert len(blocks) == 1 and len(nodes) == 1
+    (n,) = nodes
+    for k in keys:
+        pod = rig.fake.pod(k)
+        passed, failed = rig.ctl.filter(pod, ["gpu-node-0", "gpu-node-1"])
+        assert passed == [n]
+        assert set(failed) == {"gpu-node-0", "gpu-node-1"} - {n}
+        scores = dict(rig.ctl.prioritize(pod, ["gpu-node-0", "gpu-node-1"]))
+        assert scores[n] == 10
+
+
+def test_incomplete_gang_waits_and_says_why() -> None:
+    rig = Rig()
+    gang(rig.fake, "g", 3, 2)  # gang-size 3 but ...
+    rig.fake.delete("pods", "ns/g-2")  # ... only two exist
+    r = rig.step()
+    assert r.admitted == []
+    passed, failed = rig.ctl.filter(rig.fake.pod("ns/g-0"), ["gpu-node-0"])
+    assert passed == []
+    assert "2 of 3 pods" in failed["gpu-node-0"]
+    assert any("2 of 3" in e["message"] for e in rig.fake.events)
+
+
+@pytest.mark.parametrize(("notes", "expect"), [
+    ({"gpuroster.io/workload": "fishing"}, "unknown workload type"),
+    ({"gpuroster.io/priority": "urgent!"}, "neither a positive number"),
+    ({"gpuroster.io/expected-duration": "soon"}, "unparsable duration"),
+    ({"gpuroster.io/gang": "x", "gpuroster.io/gang-size": "two"}, "not a whole number"),
+], ids=["workload", "priority", "duration", "gang-size"])
+def test_bad_annotations_get_an_event_and_disturb_nothing(notes: dict[str, str],
+                                                          expect: str) -> None:
+    rig = Rig()
+    rig.fake.add("pods", make_pod("bad").gpus(2).annotate(**notes).build())
+    good = gang(rig.fake, "ok", 1, 2)
+    r = rig.step()
+    assert r.admitted == ["ns/ok"]
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/bad"), ["gpu-node-0"])
+    assert expect in failed["gpu-node-0"]
+    warn = [e for e in rig.fake.events if e["involvedObject"]["name"] == "bad"]
+    assert warn and warn[0]["type"] == "Warning" and expect in warn[0]["message"]
+    assert ann.BLOCK in rig.notes(good[0])
+    assert ann.BLOCK not in rig.notes("ns/bad")
+
+
+def test_non_power_of_two_gang_is_rejected() -> None:
+    rig = Rig()
+    gang(rig.fake, "odd", 3, 2)
+    rig.step()
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/odd-0"), ["gpu-node-0"])
+    assert "power of two" in failed["gpu-node-0"]
+
+
+def test_sixteen_gpu_gang_takes_two_whole_nodes() -> None:
+    rig = Rig(nodes=3)
+    keys = gang(rig.fake, "big", 2, 8)
+    assert rig.step().admitted == ["ns/big"]
+    nodes = sorted(rig.notes(k)[ann.NODE] for k in keys)
+    assert nodes in (["gpu-node-0", "gpu-node-1"], ["gpu-node-1", "gpu-node-2"])
+    assert ".." in rig.notes(keys[0])[ann.BLOCK]
+
+
+def test_gang_waits_for_room_then_starts() -> None:
+    rig = Rig(nodes=1)
+    first = gang(rig.fake, "a", 1, 8, d="20s")
+    assert rig.step().admitted == ["ns/a"]
+    gang(rig.fake, "b", 1, 8)
+    assert rig.step().admitted == []
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/b-0"), ["gpu-node-0"])
+    assert "planned start" in failed["gpu-node-0"]
+    # a runs and finishes; b starts in a later step, not before.
+    pod = rig.fake.pod(first[0])
+    pod["spec"]["nodeName"] = "gpu-node-0"
+    pod["status"]["phase"] = "Succeeded"
+    rig.fake.add("pods", pod)
+    assert rig.advance().admitted == ["ns/b"]
+
+
+def test_higher_priority_later_gang_goes_first() -> None:
+    rig = Rig(nodes=1)
+    gang(rig.fake, "run", 1, 8, d="20s")
+    rig.step()
+    gang(rig.fake, "low", 1, 8, priority="low")
+    rig.clock.advance(1)
+    gang(rig.fake, "high", 1, 8, priority="critical")
+    rig.step()
+    done = rig.fake.pod("ns/run-0")
+    done["status"]["phase"] = "Succeeded"
+    rig.fake.add("pods", done)
+    assert rig.advance().admitted == ["ns/high"]
+
+
+def test_failed_write_undoes_the_whole_gang() -> None:
+    rig = Rig()
+    keys = gang(rig.fake, "g", 4, 2)
+    rig.fake.fail_patch.add(keys[2])
+    r = rig.step()
+    assert r.admitted == []
+    for k in keys:
+        assert ann.BLOCK not in rig.notes(k)
+    passed, failed = rig.ctl.filter(rig.fake.pod(keys[0]), ["gpu-node-0"])
+    assert passed == [] and "retrying" in failed["gpu-node-0"]
+    rig.fake.fail_patch.clear()
+    assert rig.advance().admitted == ["ns/g"]
+
+
+def test_restart_rebuilds_from_annotations_and_never_readmits() -> None:
+    rig = Rig()
+    keys = gang(rig.fake, "g", 4, 2)
+    rig.step()
+    before = {k: rig.notes(k) for k in keys}
+    patches = len([c for c in rig.fake.calls if c[0] == "patch"])
+    gang(rig.fake, "h", 1, 8)
+    again = Rig(fake=rig.fake)  # a new process: fresh memory, same cluster
+    again.clock.advance(35)
+    r = again.step()
+    assert "ns/g" not in r.admitted
+    assert {k: again.notes(k) for k in keys} == before
+    node = before[keys[0]][ann.NODE]
+    assert again.ctl.filter(rig.fake.pod(keys[1]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
+    assert r.admitted == ["ns/h"] and again.notes("ns/h-0")[ann.NODE] != node
+    new_patches = [c for c in rig.fake.calls[patches:] if c[0] == "patch" and c[1] in keys]
+    assert new_patches == []
+
+
+def test_bind_assumes_and_undoes_on_failure() -> None:
+    rig = Rig()
+    keys = gang(rig.fake, "g", 2, 2)
+    rig.step()
+    n = rig.notes(keys[0])[ann.NODE]
+    other = "gpu-node-1" if n == "gpu-node-0" else "gpu-node-0"
+    assert "assigned to" in (rig.ctl.bind("ns", "g-0", None, other) or "")
+    rig.fake.fail_bind.add(keys[0])
+    assert "failed" in (rig.ctl.bind("ns", "g-0", None, n) or "")
+    assert rig.cache.assumed() == {}
+    rig.fake.fail_bind.clear()
+    assert rig.ctl.bind("ns", "g-0", None, n) is None
+    assert rig.fake.pod(keys[0])["spec"]["nodeName"] == n
+    assert rig.ctl.bind("ns", "stranger", None, n) is not None
+
+
+def test_unknown_pod_waits_for_the_next_step() -> None:
+    rig = Rig()
+    rig.step()
+    _, failed = rig.ctl.filter(make_pod("new").gpus(1).build(), ["gpu-node-0"])
+    assert "not planned yet" in failed["gpu-node-0"]
+
+
+def test_service_follows_its_curve_within_the_swap_cap() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("configmaps", configmap("chat-demand", curve="[2, 4, 6, 2]"))
+    rig.fake.add("deployments", deployment("chat", replicas=0, **{
+        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
+    replicas = []
+    for k in range(5):
+        r = rig.step() if k == 0 else rig.advance()
+        replicas.append(rig.fake.objects["deployments"]["ns/chat"]["spec"]["replicas"])
+        assert r.step == k
+    # step 0: no cap yet (2); then +2 per step at most; down to 2 once the curve drops
+    assert replicas[0] == 2
+    for a, b in zip(replicas, replicas[1:], strict=False):
+        assert abs(a - b) <= 2
+    assert replicas[1:3] == [4, 6]
+    view = rig.ctl.view
+    assert view["services"]["ns/chat"]["forecast"][:2] == [2, 4] or view["step"] == 4
+
+
+def test_service_pods_go_where_the_plan_holds_gpus() -> None:
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="3"))
+    rig.fake.add("deployments", deployment("svc", replicas=3, **{
+        "gpuroster.io/demand-configmap": "d"}))
+    rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
+    rig.step()
+    planned = rig.ctl.table.service_planned["ns/svc"]
+    assert sum(planned.values()) == 3
+    passed, _ = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0", "gpu-node-1"])
+    assert passed and all(planned.get(n, 0) > 0 for n in passed)
+
+
+def test_plan_view_has_the_grid() -> None:
+    rig = Rig(nodes=1)
+    gang(rig.fake, "g", 1, 4)
+    rig.step()
+    v = rig.ctl.view
+    assert len(v["grid"]) == 8 and len(v["grid"][0]) == 24
+    assert sum(1 for row in v["grid"] if row[0] == "ns/g") == 4
+
+
+def test_missing_demand_configmap_is_reported_on_pending_pods() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("deployments", deployment("svc", replicas=1, **{
+        "gpuroster.io/demand-configmap": "nope"}))
+    rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
+    rig.step()
+    assert any("not found" in e["message"] for e in rig.fake.events)
+    assert kubefake  # module used for builders

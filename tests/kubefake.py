@@ -1,0 +1,221 @@
+"""An in-memory stand-in for `extender.adapter.kube.Kube`, for unit tests.
+
+It keeps objects per kind, hands out resourceVersions, and feeds watch events
+from a queue; tests can inject failures (`fail_patch`, `fail_bind`) and a 410.
+It fakes the API server, never the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from extender.adapter import kube
+
+Obj = dict[str, Any]
+
+
+def _key(obj: Obj) -> str:
+    m = obj["metadata"]
+    return f"{m['namespace']}/{m['name']}" if m.get("namespace") else m["name"]
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Obj]] = {k: {} for k in kube.KINDS}
+        self.rv = 100
+        self.lock = threading.Lock()
+        self.watchers: dict[str, list[queue.Queue[Obj | None]]] = {k: [] for k in kube.KINDS}
+        self.calls: list[tuple[str, ...]] = []
+        self.events: list[Obj] = []
+        self.fail_patch: set[str] = set()  # pod keys whose patch fails
+        self.fail_bind: set[str] = set()
+        self.lists = 0
+
+    # --- test helpers -------------------------------------------------------------
+
+    def add(self, kind: str, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        with self.lock:
+            self.rv += 1
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+            obj["metadata"].setdefault("uid", f"uid-{self.rv}")
+            obj["metadata"].setdefault("creationTimestamp", "2023-11-14T22:13:20Z")
+            k = _key(obj)
+            typ = "MODIFIED" if k in self.objects[kind] else "ADDED"
+            self.objects[kind][k] = obj
+        self._emit(kind, {"type": typ, "object": copy.deepcopy(obj)})
+        return obj
+
+    def delete(self, kind: str, key: str) -> None:
+        with self.lock:
+            obj = self.objects[kind].pop(key)
+        self._emit(kind, {"type": "DELETED", "object": obj})
+
+    def gone(self, kind: str) -> None:
+        """Tell every watcher of `kind` that its resourceVersion expired."""
+        self._emit(kind, {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                      "reason": "Expired"}})
+
+    def _emit(self, kind: str, event: Obj) -> None:
+        for q in list(self.watchers[kind]):
+            q.put(event)
+
+    def pod(self, key: str) -> Obj:
+        return self.objects["pods"][key]
+
+    # --- Kube ---------------------------------------------------------------------
+
+    def list(self, kind: str, namespace: str | None) -> tuple[list[Obj], str]:
+        with self.lock:
+            self.lists += 1
+            items = [copy.deepcopy(o) for o in self.objects[kind].values()
+                     if namespace is None or o["metadata"].get("namespace") == namespace]
+            return items, str(self.rv)
+
+    def watch(self, kind: str, namespace: str | None, resource_version: str,
+              timeout_seconds: int) -> Iterator[Obj]:
+        q: queue.Queue[Obj | None] = queue.Queue()
+        self.watchers[kind].append(q)
+        try:
+            while True:
+                try:
+                    ev = q.get(timeout=min(timeout_seconds, 0.5))
+                except queue.Empty:
+                    return
+                if ev is None:
+                    return
+                yield ev
+        finally:
+            self.watchers[kind].remove(q)
+
+    def bind(self, namespace: str, name: str, uid: str | None, node: str) -> None:
+        k = f"{namespace}/{name}"
+        self.calls.append(("bind", k, node))
+        if k in self.fail_bind:
+            raise kube.ApiError(409, "conflict")
+        pod = copy.deepcopy(self.objects["pods"][k])
+        if pod["spec"].get("nodeName"):
+            raise kube.ApiError(409, f"pod {k} is already assigned to node")
+        pod["spec"]["nodeName"] = node
+        self.add("pods", pod)
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        k = f"{namespace}/{name}"
+        self.calls.append(("patch", k))
+        if k in self.fail_patch:
+            raise kube.ApiError(500, "injected failure")
+        if k not in self.objects["pods"]:
+            raise kube.ApiError(404, f"pods {name} not found")
+        pod = copy.deepcopy(self.objects["pods"][k])
+        notes = pod["metadata"].setdefault("annotations", {})
+        for a, v in (patch.get("metadata") or {}).get("annotations", {}).items():
+            if v is None:
+                notes.pop(a, None)
+            else:
+                notes[a] = v
+        return self.add("pods", pod)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        k = f"{namespace}/{name}"
+        self.calls.append(("status", k))
+        pod = copy.deepcopy(self.objects["pods"][k])
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        for c in patch["status"]["conditions"]:
+            conds[:] = [x for x in conds if x["type"] != c["type"]] + [c]
+        self.add("pods", pod)
+
+    def create_event(self, namespace: str, body: Obj) -> None:
+        self.events.append(body)
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        self.calls.append(("scale", f"{namespace}/{name}", str(replicas)))
+        dep = copy.deepcopy(self.objects["deployments"][f"{namespace}/{name}"])
+        dep["spec"]["replicas"] = replicas
+        self.add("deployments", dep)
+
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        return self.objects["configmaps"].get(f"{namespace}/{name}")
+
+
+# --- builders -----------------------------------------------------------------------
+
+
+def node(index: int, gpus: int = 8, ready: bool = True) -> Obj:
+    name = f"gpu-node-{index}"
+    return {
+        "metadata": {"name": name, "labels": {"gpuroster.io/topology-order": str(index)}},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+class PodBuilder:
+    def __init__(self, name: str, namespace: str = "ns") -> None:
+        self.obj: Obj = {
+            "metadata": {"name": name, "namespace": namespace, "annotations": {}},
+            "spec": {"containers": [{"name": "main", "resources": {}}]},
+            "status": {"phase": "Pending"},
+        }
+
+    def gpus(self, n: int) -> PodBuilder:
+        self.obj["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(n)},
+                                                         "limits": {"nvidia.com/gpu": str(n)}}
+        return self
+
+    def gang(self, name: str, size: int) -> PodBuilder:
+        return self.annotate(**{"gpuroster.io/gang": name, "gpuroster.io/gang-size": str(size)})
+
+    def priority(self, p: str) -> PodBuilder:
+        return self.annotate(**{"gpuroster.io/priority": p})
+
+    def duration(self, d: str) -> PodBuilder:
+        return self.annotate(**{"gpuroster.io/expected-duration": d})
+
+    def workload(self, w: str) -> PodBuilder:
+        return self.annotate(**{"gpuroster.io/workload": w})
+
+    def annotate(self, **notes: str) -> PodBuilder:
+        self.obj["metadata"]["annotations"].update(notes)
+        return self
+
+    def created(self, ts: str) -> PodBuilder:
+        self.obj["metadata"]["creationTimestamp"] = ts
+        return self
+
+    def on(self, node: str, phase: str = "Running") -> PodBuilder:
+        self.obj["spec"]["nodeName"] = node
+        self.obj["status"]["phase"] = phase
+        return self
+
+    def owned_by_deployment(self, deployment: str, hash_: str = "abc12") -> PodBuilder:
+        self.obj["metadata"]["labels"] = {"pod-template-hash": hash_}
+        self.obj["metadata"]["ownerReferences"] = [
+            {"kind": "ReplicaSet", "name": f"{deployment}-{hash_}", "apiVersion": "apps/v1",
+             "uid": "rs"}]
+        return self
+
+    def build(self) -> Obj:
+        return copy.deepcopy(self.obj)
+
+
+def make_pod(name: str, namespace: str = "ns") -> PodBuilder:
+    return PodBuilder(name, namespace)
+
+
+def deployment(name: str, namespace: str = "ns", replicas: int = 0, gpus: int = 1,
+               **notes: str) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {"gpuroster.io/workload": "realtime-inference", **notes}},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [
+            {"name": "main", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}},
+    }
+
+
+def configmap(name: str, namespace: str = "ns", **data: str) -> Obj:
+    return {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
