@@ -220,6 +220,10 @@ class Cluster:
         if remove:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
+    def running(self) -> bool:
+        """Up, and no process has died."""
+        return self._up and not self._group.dead()
+
     def check_alive(self) -> None:
         dead = self._group.dead()
         if dead:

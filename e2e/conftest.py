@@ -85,12 +85,13 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     finally:
         # Pods first, at once (KWOK removes them), so the next test finds the
         # GPUs free; the namespace controller finishes the rest in the background.
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-        deadline = time.monotonic() + 30
-        while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(ApiException):
-            core.delete_namespace(name)
+        if cluster.running():
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            deadline = time.monotonic() + 30
+            while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
 
 
 @pytest.fixture

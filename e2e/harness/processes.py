@@ -119,8 +119,12 @@ def register(key: int, stop: Callable[[], None]) -> None:
         _installed = True
     atexit.register(stop_all)
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            _chain(sig)
+        # SIGINT normally raises KeyboardInterrupt, whose unwinding (fixture
+        # teardown, ``with``, atexit) stops clusters; the others would kill the
+        # interpreter without any of that.
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            if signal.getsignal(sig) is not signal.default_int_handler:
+                _chain(sig)
 
 
 def unregister(key: int) -> None:
@@ -139,13 +143,13 @@ def stop_all() -> None:
 
 def _chain(sig: signal.Signals) -> None:
     previous = signal.getsignal(sig)
+    if previous == signal.SIG_IGN:
+        return  # the owner chose to ignore it (e.g. a background job): so do we
 
     def handler(signum: int, frame: FrameType | None) -> None:
         stop_all()
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
         else:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
