@@ -184,12 +184,12 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_STEP_SECONDS": "3600",
         "GPUROSTER_HORIZON_STEPS": "24",
         "GPUROSTER_REALTIME_PENALTY": "8",
-        "GPUROSTER_PRIORITY_CLASSES": '{"critical":10,"high":5,"low":1,"normal":2}',
+        "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
         "GPUROSTER_DEFAULT_PRIORITY": "normal",
         "GPUROSTER_DEFAULT_DURATIONS": (
-            '{"batch-inference":"1h","quantization":"2h","training":"6h"}'
+            '{"batch-inference":"2h","quantization":"1h","training":"6h"}'
         ),
-        "GPUROSTER_GPUS_PER_NODE": "8",
+        "GPUROSTER_GPUS_PER_NODE": "0",
         "GPUROSTER_NAMESPACES": "",
         "GPUROSTER_PROMETHEUS_URL": "",
         "GPUROSTER_LOG_LEVEL": "info",
@@ -199,7 +199,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_LEASE_NAMESPACE": NS,
         "GPUROSTER_LEASE_NAME": FULL,
     }
-    assert json.loads(env["GPUROSTER_PRIORITY_CLASSES"])["critical"] == 10
+    assert json.loads(env["GPUROSTER_PRIORITY_CLASSES"])["critical"] == 8
 
 
 def test_scheduler_configuration(default: rendering.Rendered) -> None:
@@ -420,10 +420,53 @@ def test_tuning_values_reach_the_environment() -> None:
     assert env["EXTRA"] == "1"
 
 
-def test_numeric_default_priority_is_accepted() -> None:
-    r = rendering.template({"config": {"defaultPriority": 3}})
+@pytest.mark.parametrize(
+    "values",
+    [
+        None,
+        {
+            "replicaCount": 2,
+            "tls": {"enabled": True, "secretName": "t"},
+            "config": {
+                "policy": "priority-easy",
+                "stepSeconds": 900,
+                "realtimePenalty": 0,
+                "gpusPerNode": 4,
+                "namespaces": ["a", "b"],
+                "priorityClasses": {"gold": 9.5},
+                "defaultPriority": "gold",
+                "defaultDurations": {"training": "1d", "batch-inference": "1h30m"},
+                "prometheusUrl": "http://prom:9090",
+                "logLevel": "warning",
+            },
+        },
+    ],
+    ids=["defaults", "tuned"],
+)
+def test_rendered_environment_is_accepted_by_the_service(values: dict[str, Any] | None) -> None:
+    """The chart's env is parsed by the service's own settings loader, unchanged."""
+    from extender import config
+
+    r = rendering.template(values, namespace=NS)
     env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
-    assert env["GPUROSTER_DEFAULT_PRIORITY"] == "3"
+    settings = config.load([], env=env)
+    assert settings.port == 8888 and settings.bind_address == "0.0.0.0"
+    assert settings.lease_namespace == NS and settings.lease_name == FULL
+    assert settings.kubeconfig == ""  # in-cluster
+    if values is None:
+        assert settings.policy == "gpuroster" and settings.step_seconds == 3600
+        assert settings.namespaces == () and settings.leader_elect is False
+        assert dict(settings.priority_classes) == dict(config.DEFAULT_PRIORITY_CLASSES)
+        assert dict(settings.default_durations) == dict(config.DEFAULT_DURATIONS)
+    else:
+        assert settings.policy == "priority-easy" and settings.step_seconds == 900
+        assert settings.namespaces == ("a", "b") and settings.leader_elect is True
+        # Helm merges maps: the default classes stay unless set to null.
+        assert settings.priority_classes["gold"] == 9.5
+        assert settings.default_priority == "gold" and settings.gpus_per_node == 4
+        assert settings.default_durations["training"] == "1d"
+        assert settings.log_level == "WARNING"
+        assert settings.tls_cert_file.endswith("/tls.crt")
 
 
 def test_placement_resources_and_image() -> None:
@@ -578,11 +621,11 @@ def test_service_monitor_and_dashboard() -> None:
     dash = json.loads(cm["data"]["gpuroster.json"])
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
     for metric in (
-        "gpuroster_utilization_ratio",
+        "gpuroster_utilization{",
         "gpuroster_value_rate",
         "gpuroster_realtime_demand_gpus",
         "gpuroster_realtime_allocated_gpus",
-        "gpuroster_queue_wait_steps",
+        "gpuroster_queue_wait_seconds_bucket",
         "gpuroster_plan_duration_seconds",
         "gpuroster_extender_request_duration_seconds",
     ):
@@ -630,11 +673,13 @@ def test_notes_tell_how_to_submit_and_where_the_plan_is() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"config": {"stepSeconds": 5}}, "/config/stepSeconds"),
+        ({"config": {"stepSeconds": 0}}, "/config/stepSeconds"),
         ({"config": {"stepSeconds": "1h"}}, "/config/stepSeconds"),
         ({"config": {"horizonSteps": 0}}, "/config/horizonSteps"),
         ({"config": {"gpusPerNode": 3}}, "/config/gpusPerNode"),
-        ({"config": {"realtimePenalty": 0}}, "/config/realtimePenalty"),
+        ({"config": {"realtimePenalty": -1}}, "/config/realtimePenalty"),
+        ({"config": {"policy": "random"}}, "/config/policy"),
+        ({"config": {"defaultPriority": 3}}, "/config/defaultPriority"),
         # helm's validator names the wrong parent for propertyNames errors; the name is right.
         ({"config": {"priorityClasses": {"High": 5}}}, "'High' does not match pattern"),
         ({"config": {"priorityClasses": {"high": -1}}}, "/config/priorityClasses/high"),
@@ -674,5 +719,5 @@ def test_schema_rejects(values: dict[str, Any], message: str) -> None:
 
 def test_unknown_default_priority_is_rejected_with_the_known_classes() -> None:
     error = rendering.template_error({"config": {"defaultPriority": "urgent"}})
-    assert 'config.defaultPriority "urgent" is neither a number nor a class' in error
+    assert 'config.defaultPriority "urgent" is not a class in config.priorityClasses' in error
     assert "critical, high, low, normal" in error

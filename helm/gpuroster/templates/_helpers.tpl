@@ -153,9 +153,7 @@ extenders:
 {{- fail "tls.enabled is true but tls.secretName is empty: name the Secret holding tls.crt, tls.key and ca.crt" }}
 {{- end }}
 {{- if not (hasKey .Values.config.priorityClasses (toString .Values.config.defaultPriority)) }}
-{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?$" (toString .Values.config.defaultPriority)) }}
-{{- fail (printf "config.defaultPriority %q is neither a number nor a class in config.priorityClasses (%s)" (toString .Values.config.defaultPriority) (keys .Values.config.priorityClasses | sortAlpha | join ", ")) }}
-{{- end }}
+{{- fail (printf "config.defaultPriority %q is not a class in config.priorityClasses (%s)" (toString .Values.config.defaultPriority) (keys .Values.config.priorityClasses | sortAlpha | join ", ")) }}
 {{- end }}
 {{- end }}
 
