@@ -13,10 +13,13 @@ At each step it sees the same `PlanInput` as the fast policy and:
      jobs under the cluster's capacity; at step now the service's concrete
      GPU set (one optional unit box per GPU), within max_swap of its current
      set and disjoint from every job;
-   - objective: sum of gpus x priority x decay weight over the horizon steps a
-     job runs, minus the shortfall under the forecast priced at
-     `realtime_penalty` x the service's priority x the same weight (tiny
-     tie-breakers: hold no GPU a service does not need, swap no GPU needlessly);
+   - objective: sum of gpus x priority x decay weight over the steps a job
+     runs (by default its whole estimated run, as the fast policy counts it;
+     `reward_past_horizon=False`: the horizon steps only), minus the shortfall
+     under the service's target priced at `realtime_penalty` x its priority x
+     the same weight (the target is the fast policy's curve: the forecast,
+     raised after a recent miss, ramped within the swap cap); tiny
+     tie-breakers: hold no GPU a service does not need, swap no GPU needlessly;
 3. hints the model with the fast plan, solves within `time_limit_s`, and
    commits only step now: the jobs that start now with their blocks, and the
    services' GPU sets. If CP-SAT finds nothing better than the fast plan (same
@@ -35,9 +38,9 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from extender.planner import model, policies
+from extender.planner import allocating, model, policies
 
-_SCALE = 1000  # objective coefficients are integers: reward units per GPU-step x 1000
+_SCALE = 100_000  # integer objective: reward units x 1e5, so tie-breakers (1 each) stay tiny
 
 
 @dataclass
@@ -49,6 +52,11 @@ class Options:
     max_gpus: int = 512  # larger instances: the fast plan, unsolved
     max_jobs: int = 200
     seed: int = 0
+    # Reward a job's whole estimated run (weights decaying on past the horizon, up to
+    # `lookahead_cap` steps) as the fast policy does; False counts the horizon only.
+    reward_past_horizon: bool = True
+    lookahead_cap: int = 96
+    error_memory: float = 0.7  # as the fast policy: how long a recent forecast miss counts
     fast_options: dict[str, object] = field(default_factory=dict)
 
 
@@ -150,7 +158,9 @@ class _Model:
         self.H = H = max(1, inp.horizon)
         n = c.gpus
         cp = self.cp = cp_model.CpModel()
-        self.weights = [1.0 / (1.0 + o.decay * k) for k in range(H)]
+        longest = max((q.estimate_steps for q in inp.queued), default=1)
+        W = H + min(longest, o.lookahead_cap) if o.reward_past_horizon else H
+        self.weights = [1.0 / (1.0 + o.decay * k) for k in range(W)]
         span = H + max((q.estimate_steps for q in inp.queued), default=1)
         for r in inp.running:
             span = max(span, r.expected_end(inp.now) - inp.now)
@@ -192,7 +202,7 @@ class _Model:
             y_boxes.append(cp.new_optional_fixed_size_interval_var(y, q.gpus, pres, f"{q.name}.g"))
             self.x[q.name], self.present[q.name], self.y[q.name] = xs, pres, y
             self.reward[q.name] = [
-                q.gpus * q.priority * sum(self.weights[k : min(k + d, H)]) for k in range(H)
+                q.gpus * q.priority * sum(self.weights[k : min(k + d, W)]) for k in range(H)
             ]
             for k in range(H):
                 for k2 in range(k, min(k + d, H)):
@@ -205,7 +215,7 @@ class _Model:
         self.forecast: dict[str, list[int]] = {}
         swaps: list[cp_model.IntVar] = []
         for v in inp.services:
-            f = _curve(v.forecast, H, inp.steps_per_day)
+            f = allocating.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory)
             self.forecast[v.name] = f
             a = [cp.new_int_var(0, n, f"{v.name}#{k}") for k in range(H)]
             sf = [cp.new_int_var(0, max(0, f[k]), f"{v.name}!{k}") for k in range(H)]
@@ -318,13 +328,6 @@ class _Model:
             )
             out.service_counts[v.name] = tuple(int(solver.value(a)) for a in self.count[v.name])
         return out
-
-
-def _curve(forecast: tuple[int, ...], length: int, period: int) -> list[int]:
-    f = [max(0, int(x)) for x in forecast[:length]]
-    while len(f) < length:  # continue the daily pattern past the forecast's end
-        f.append(f[len(f) - period] if len(f) >= period else (f[-1] if f else 0))
-    return f
 
 
 @policies.register("gpuroster-full")
