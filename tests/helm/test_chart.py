@@ -721,3 +721,15 @@ def test_unknown_default_priority_is_rejected_with_the_known_classes() -> None:
     error = rendering.template_error({"config": {"defaultPriority": "urgent"}})
     assert 'config.defaultPriority "urgent" is not a class in config.priorityClasses' in error
     assert "critical, high, low, normal" in error
+
+
+def test_the_values_example_in_docs_deploy_renders() -> None:
+    """docs/deploy.md's values file is accepted as written."""
+    text = (rendering.REPO / "docs" / "deploy.md").read_text()
+    block = text.split("### Values you will want to tune", 1)[1].split("```yaml", 1)[1]
+    values = yaml.safe_load(block.split("```", 1)[0])
+    r = rendering.template(values, namespace=NS)
+    env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
+    assert env["GPUROSTER_STEP_SECONDS"] == "900"
+    assert env["GPUROSTER_NAMESPACES"] == "ml-team-a,ml-team-b"
+    assert env["GPUROSTER_LEADER_ELECT"] == "true"
