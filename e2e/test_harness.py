@@ -8,6 +8,7 @@ node, so a pod landing there proves the real kube-scheduler asked it.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,7 +78,9 @@ def _pod_name(verb: str, body: dict[str, Any]) -> str | None:
     return str(body["Pod"]["metadata"]["name"])
 
 
-def _serve(port: int, handle: Callable[[str, dict[str, Any]], Any]) -> ThreadingHTTPServer:
+def _serve(
+    port: int, handle: Callable[[str, dict[str, Any]], Any], tls: ssl.SSLContext | None = None
+) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -96,6 +99,8 @@ def _serve(port: int, handle: Callable[[str, dict[str, Any]], Any]) -> Threading
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -194,13 +199,18 @@ def test_nodes_can_be_added_broken_and_removed(cluster: Cluster, nodes: list[str
     cluster.set_node_ready(nodes[0], True)
 
 
-def test_second_cluster_side_by_side_with_full_node_objects(cluster: Cluster) -> None:
-    # nodeCacheCapable: false sends whole Node objects; this also proves two
-    # clusters run at once on their own ports.
-    with Cluster(nodes=2, node_cache_capable=False, bin_dir=cluster.bin_dir) as other:
+def test_second_cluster_side_by_side_full_nodes_over_https(cluster: Cluster) -> None:
+    # nodeCacheCapable: false sends whole Node objects, and enableHTTPS with the
+    # cluster CA; this also proves two clusters run at once on their own ports.
+    with Cluster(nodes=2, node_cache_capable=False, extender_tls=True,
+                 bin_dir=cluster.bin_dir) as other:
         assert other.server != cluster.server
+        assert other.extender_url.startswith("https://127.0.0.1:")
+        assert other.pki is not None
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(other.pki.extender.cert, other.pki.extender.key)
         ext = RecordingExtender(allowed=objects.node_name(0), core=other.core())
-        server = _serve(other.extender_port, ext.handle)
+        server = _serve(other.extender_port, ext.handle, tls)
         try:
             core = other.core()
             core.create_namespaced_pod("default", objects.pod("gpu", gpus=8))
