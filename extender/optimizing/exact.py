@@ -40,13 +40,17 @@ from ortools.sat.python import cp_model
 
 from extender.planner import allocating, model, policies
 
-_SCALE = 100_000  # integer objective: reward units x 1e5, so tie-breakers (1 each) stay tiny
+_SCALE = 1000  # integer objective: reward units x 1000; tie-breakers cost 1 each
 
 
 @dataclass
 class Options:
-    time_limit_s: float = 0.5
-    workers: int = 2
+    # Stop on CP-SAT's deterministic clock (units of work, roughly seconds) so that a run
+    # does not depend on machine load: with one worker it repeats exactly. The wall-clock
+    # cap only guards against a loaded machine. deterministic_time=None: wall clock only.
+    deterministic_time: float | None = 0.25
+    time_limit_s: float = 2.0
+    workers: int = 1
     realtime_penalty: float = 8.0  # shortfall cost per GPU-step, x the service's priority
     decay: float = 0.03  # weight 1 / (1 + decay * k) for step now + k (as the fast policy)
     max_gpus: int = 512  # larger instances: the fast plan, unsolved
@@ -70,7 +74,7 @@ class StepStats:
     objective: float | None
     fast_objective: float
     bound: float | None
-    gap: float | None  # (bound - best) / max(1, |bound|), best = max(objective, fast)
+    gap: float | None  # CP-SAT's relative gap: (bound - incumbent) / max(1, |bound|)
     seconds: float
     jobs: int
     gpus: int
@@ -83,6 +87,24 @@ class Full:
         self.options = Options(**options)  # type: ignore[arg-type]
         self.fast = policies.create("gpuroster", **self.options.fast_options)
         self.stats: list[StepStats] = []
+
+    def summary(self) -> dict[str, object]:
+        """Totals over the steps planned so far: for reports."""
+        solved = [x for x in self.stats if x.gap is not None]
+        gaps = sorted(x.gap for x in solved if x.gap is not None)
+        secs = sorted(x.seconds for x in self.stats)
+        statuses: dict[str, int] = {}
+        for x in self.stats:
+            statuses[x.status] = statuses.get(x.status, 0) + 1
+        return {
+            "steps": len(self.stats),
+            "cp_sat_committed": sum(1 for x in self.stats if x.used == "cp-sat"),
+            "statuses": statuses,
+            "seconds_p50": secs[len(secs) // 2] if secs else 0.0,
+            "seconds_max": secs[-1] if secs else 0.0,
+            "gap_median": gaps[len(gaps) // 2] if gaps else None,
+            "gap_max": gaps[-1] if gaps else None,
+        }
 
     def plan(self, inp: model.PlanInput) -> model.Plan:
         t0 = time.perf_counter()
@@ -100,6 +122,8 @@ class Full:
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = o.time_limit_s
         solver.parameters.num_workers = o.workers
+        if o.deterministic_time is not None:
+            solver.parameters.max_deterministic_time = o.deterministic_time
         solver.parameters.random_seed = o.seed
         status = solver.solve(m.cp)
         name = solver.status_name(status)
@@ -107,12 +131,15 @@ class Full:
             self._note(inp, name, "fast", None, fast_obj, None, t0)
             return fast
         obj = m.main_objective(solver)
-        # CP-SAT's bound is scaled and net of the tie-breakers, which cost at most tiebreak_max.
-        bound = (solver.best_objective_bound + m.tiebreak_max) / _SCALE
+        # CP-SAT's own bound and gap (its objective includes the tie-breakers, a few units
+        # of 1 / _SCALE each, so the bound is in reward units to that precision).
+        bound = solver.best_objective_bound / _SCALE
+        top = solver.best_objective_bound
+        gap = max(0.0, top - solver.objective_value) / max(1.0, abs(top))
         if obj <= fast_obj + 1e-9:
-            self._note(inp, name, "fast", obj, fast_obj, bound, t0)
+            self._note(inp, name, "fast", obj, fast_obj, bound, t0, gap)
             return fast
-        self._note(inp, name, "cp-sat", obj, fast_obj, bound, t0)
+        self._note(inp, name, "cp-sat", obj, fast_obj, bound, t0, gap)
         return m.plan(solver, fast)
 
     def _note(
@@ -124,9 +151,8 @@ class Full:
         fast_obj: float,
         bound: float | None,
         t0: float,
+        gap: float | None = None,
     ) -> None:
-        best = max(obj if obj is not None else fast_obj, fast_obj)
-        gap = None if bound is None else max(0.0, bound - best) / max(1.0, abs(bound))
         self.stats.append(
             StepStats(
                 now=inp.now,
@@ -257,7 +283,6 @@ class _Model:
                 terms.append(-cost * self.short[v.name][k])
                 terms.append(-1 * self.count[v.name][k])  # tie-break: hold only what is needed
         terms += [-1 * sw for sw in swaps]  # tie-break: keep the GPUs it has
-        self.tiebreak_max = len(inp.services) * (H + 1) * n
         cp.maximize(sum(terms))
 
     # --- the fast plan as a hint and as the bar to beat ------------------------------
