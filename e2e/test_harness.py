@@ -136,6 +136,7 @@ def test_gpu_pod_is_placed_by_the_extender(
     core.create_namespaced_pod(namespace, objects.pod("gpu", gpus=1))
     pod = _wait_pod(core, namespace, "gpu", "Running")
     assert pod.spec.node_name == recording_extender.allowed
+    assert pod.status.pod_ip  # KWOK's pod-ready stage assigned one
     verbs = recording_extender.verbs_for("gpu")
     assert "filter" in verbs
     assert "bind" in verbs
