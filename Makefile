@@ -52,7 +52,7 @@ test-unit: venv
 
 test-e2e: venv cluster-bin
 	run=$$(date +%s)-$$$$; rc=0; \
-	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) e2e || rc=$$?; \
+	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
 	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 
@@ -60,7 +60,7 @@ test-e2e: venv cluster-bin
 test: venv cluster-bin
 	run=$$(date +%s)-$$$$; rc=0; \
 	$(PYTEST) -m 'not e2e' tests || rc=$$?; \
-	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) e2e || rc=$$?; \
+	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
 	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 

@@ -38,27 +38,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
+def _say(request: pytest.FixtureRequest, line: str) -> None:
+    """Print past pytest's output capture."""
+    plugins = request.config.pluginmanager
+    reporter: Any = plugins.get_plugin("terminalreporter")
+    capman: Any = plugins.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+        reporter.ensure_newline()
+        reporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
         pytest.skip("GPUROSTER_SKIP_E2E=1: not starting the local Kubernetes control plane")
-    reporter: Any = request.config.pluginmanager.get_plugin("terminalreporter")
     bin_dir = binaries_dir(build=True)
     c = Cluster(nodes=int(os.environ.get("GPUROSTER_E2E_NODES", "4")), bin_dir=bin_dir)
     c.up()
-    if reporter is not None:
-        reporter.write_line(
-            f"\n[e2e] control plane Ready in {c.startup_seconds:.1f}s "
-            f"(apiserver {c.server}, extender port {c.extender_port}, logs {c.log_dir})"
-        )
+    _say(request, f"[e2e] control plane Ready in {c.startup_seconds:.1f}s (apiserver "
+         f"{c.server}, extender port {c.extender_port}, logs {c.log_dir})")
     failed_before = request.session.testsfailed
     try:
         yield c
     finally:
         failed = request.session.testsfailed > failed_before
         c.down(remove=not failed)
-        if failed and reporter is not None:
-            reporter.write_line(f"[e2e] tests failed: cluster logs kept in {c.log_dir}")
+        if failed:
+            _say(request, f"[e2e] tests failed: cluster logs kept in {c.log_dir}")
 
 
 @pytest.fixture(scope="session")
