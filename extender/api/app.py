@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+import pydantic_core
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
@@ -81,8 +82,9 @@ def _parse(model: type[wire._Wire], raw: bytes) -> Any:
         raise BadRequest(400, f"not a {model.__name__}: {_problem(e)}") from None
 
 
-def _pod_of(args: wire.ExtenderArgs) -> dict[str, Any]:
-    pod = args.Pod
+def _pod_of(pod: Any) -> dict[str, Any]:
+    if not isinstance(pod, dict):
+        raise BadRequest(400, "Pod must be an object")
     meta = pod.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise BadRequest(400, "Pod.metadata.name is missing")
@@ -93,19 +95,40 @@ def _pod_of(args: wire.ExtenderArgs) -> dict[str, Any]:
     return pod
 
 
-def _candidates(args: wire.ExtenderArgs) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
-    """Node names, and the Node objects by name when the scheduler sent full nodes."""
-    if args.NodeNames is not None:
-        return list(args.NodeNames), None
-    if args.Nodes is not None:
-        by_name: dict[str, dict[str, Any]] = {}
-        for i, n in enumerate(args.Nodes.items):
-            name = wire.node_name(n)
-            if name is None:
+def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool]:
+    """(Pod, candidate node names, whether the scheduler sent full Node objects)."""
+    fast = wire.fast_node_names(raw)
+    if fast is not None:
+        pod, names = fast
+        full = True
+    else:
+        args = _parse(wire.ExtenderArgsLean, raw)
+        pod = args.Pod
+        if args.NodeNames is None and args.Nodes is None:
+            raise BadRequest(400, "ExtenderArgs needs NodeNames or Nodes")
+        full = args.NodeNames is None
+        found = args.node_names()
+        for i, n in enumerate(found):
+            if n is None:
                 raise BadRequest(400, f"Nodes.items[{i}].metadata.name is missing")
-            by_name[name] = n
-        return list(by_name), by_name
-    raise BadRequest(400, "ExtenderArgs needs NodeNames or Nodes")
+        names = [n for n in found if n is not None]
+    return _pod_of(pod), names, full
+
+
+def _filter_body(raw: bytes, passed: list[str], failed: dict[str, str], full: bool) -> bytes:
+    """ExtenderFilterResult as bytes; with full nodes, the passing Node objects verbatim."""
+    if not full:
+        return wire.ExtenderFilterResult.model_construct(
+            Nodes=None, NodeNames=passed, FailedNodes={}, FailedAndUnresolvableNodes=failed,
+            Error="").model_dump_json().encode()
+    pieces = wire.raw_nodes(raw, passed)
+    if pieces is None:  # not Go's layout: parse it all and re-encode the passing nodes
+        args = _parse(wire.ExtenderArgs, raw)
+        by_name = {wire.node_name(n): n for n in (args.Nodes.items if args.Nodes else [])}
+        pieces = [pydantic_core.to_json(by_name[n]) for n in passed]
+    return b"".join([b'{"Nodes":{"metadata":{},"items":[', b",".join(pieces),
+                     b']},"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":',
+                     pydantic_core.to_json(failed), b',"Error":""}'])
 
 
 def _json(body: bytes, status: int = 200) -> Response:
@@ -143,25 +166,13 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
     async def filter_(request: Request) -> Response:
         t0 = time.perf_counter()
         try:
-            args = _parse(wire.ExtenderArgs, await _body(request, max_body_bytes))
-            pod = _pod_of(args)
-            names, full = _candidates(args)
+            raw = await _body(request, max_body_bytes)
+            pod, names, full = _read_args(raw)
             passed, failed = verbs.filter(pod, names)
+            body = _filter_body(raw, passed, failed, full)
         except BadRequest as e:
             timed("filter", t0, "bad_request")
             return _error(e.status, e.message)
-        if full is None:
-            result = wire.ExtenderFilterResult.model_construct(
-                Nodes=None, NodeNames=passed, FailedNodes={},
-                FailedAndUnresolvableNodes=failed, Error="")
-        else:
-            keep = wire.NodeList.model_construct(
-                metadata=args.Nodes.metadata if args.Nodes else {},
-                items=[full[n] for n in passed])
-            result = wire.ExtenderFilterResult.model_construct(
-                Nodes=keep, NodeNames=None, FailedNodes={},
-                FailedAndUnresolvableNodes=failed, Error="")
-        body = result.model_dump_json().encode()
         timed("filter", t0, "pass" if passed else "reject")
         return _json(body)
 
@@ -169,17 +180,17 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
     async def prioritize(request: Request) -> Response:
         t0 = time.perf_counter()
         try:
-            args = _parse(wire.ExtenderArgs, await _body(request, max_body_bytes))
-            pod = _pod_of(args)
-            names, _ = _candidates(args)
+            pod, names, _ = _read_args(await _body(request, max_body_bytes))
             scores = verbs.prioritize(pod, names)
         except BadRequest as e:
             timed("prioritize", t0, "bad_request")
             return _error(e.status, e.message)
-        out = [{"Host": h, "Score": max(0, min(wire.MAX_EXTENDER_PRIORITY, int(s)))}
-               for h, s in scores]
+        # kube-scheduler adds Score x weight per listed host; a host left out adds 0,
+        # so zero scores are not sent (a 1,000-node answer shrinks to a line).
+        top = wire.MAX_EXTENDER_PRIORITY
+        out = [{"Host": h, "Score": top if s >= top else s} for h, s in scores if s > 0]
         timed("prioritize", t0, "ok")
-        return _json(json.dumps(out, separators=(",", ":")).encode())
+        return _json(pydantic_core.to_json(out))
 
     @app.post("/bind")
     async def bind(request: Request) -> Response:

@@ -64,3 +64,105 @@ def node_name(node: dict[str, Any]) -> str | None:
         if isinstance(name, str):
             return name
     return None
+
+
+# --- lean views for the hot path ----------------------------------------------------
+# A full NodeList can be megabytes; building Python dicts for it costs tens of ms.
+# These views parse the same JSON (in pydantic-core, without Python objects for the
+# ignored fields) keeping only the node names; `raw_nodes` then slices out the few
+# Node objects a filter answer must echo back.
+
+
+class _NodeMeta(_Wire):
+    name: StrictStr | None = None
+
+
+class _NodeName(_Wire):
+    metadata: _NodeMeta | None = None
+
+
+class _NodeNames(_Wire):
+    items: list[_NodeName] = Field(default_factory=list)
+
+
+class ExtenderArgsLean(_Wire):
+    """ExtenderArgs with Nodes reduced to their names (same JSON in, same validation)."""
+
+    Pod: dict[str, Any]
+    Nodes: _NodeNames | None = None
+    NodeNames: list[StrictStr] | None = None
+
+    def node_names(self) -> list[str | None]:
+        if self.NodeNames is not None:
+            return list(self.NodeNames)
+        assert self.Nodes is not None
+        return [n.metadata.name if n.metadata else None for n in self.Nodes.items]
+
+
+def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
+    """The raw JSON of the Node objects named `names`, cut out of an ExtenderArgs body.
+
+    kube-scheduler (Go) writes each Node as `{"metadata":{"name":"N",...`; each
+    candidate found that way is decoded on its own and checked. None when any
+    is not found like that: the caller falls back to a full parse.
+    """
+    import json
+
+    if not names:
+        return []
+    decoder = json.JSONDecoder()
+    opener = b'{"metadata":{"name":'
+    out = []
+    for name in names:
+        needle = opener + json.dumps(name).encode()
+        at = body.find(needle)
+        if at < 0 or body.find(needle, at + 1) >= 0:
+            return None
+        nxt = body.find(opener, at + 1)
+        chunk = body[at: nxt if nxt >= 0 else len(body)].decode("utf-8", errors="replace")
+        try:
+            obj, end = decoder.raw_decode(chunk)
+        except ValueError:
+            return None
+        if node_name(obj) != name:
+            return None
+        out.append(chunk[:end].encode("utf-8"))
+    return out
+
+
+_GO_NODE = None
+
+
+def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
+    """(Pod, node names) of a Go-written ExtenderArgs with a full NodeList, without
+    parsing the nodes: the Pod is decoded, the names are matched where Go writes them
+    (`{"metadata":{"name":"N"` opens every item; a Node has no nested ObjectMeta).
+    None unless the body has exactly Go's shape: the caller then parses it fully.
+    """
+    import json
+    import re
+
+    global _GO_NODE
+    if _GO_NODE is None:
+        _GO_NODE = re.compile(rb'\{"metadata":\{"name":"([a-zA-Z0-9.\-]+)"')
+    head = b'{"Pod":'
+    if not body.startswith(head) or not body.endswith(b']},"NodeNames":null}'):
+        return None
+    tail = len(b']},"NodeNames":null}')
+    try:
+        text = body[: min(len(body), 1 << 20)].decode("utf-8", errors="strict")
+        pod, end = json.JSONDecoder().raw_decode(text, len(head))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    at = len(text[:end].encode("utf-8"))
+    marker = b',"Nodes":{"metadata":{'
+    if not isinstance(pod, dict) or not body.startswith(marker, at):
+        return None
+    items_at = body.find(b'"items":[', at)
+    if items_at < 0:
+        return None
+    start, stop = items_at + 9, len(body) - tail
+    if stop > start and not body.startswith(b'{"metadata":{"name":', start):
+        return None
+    names = [m.decode() for m in _GO_NODE.findall(body, start, stop)]
+    return pod, names

@@ -592,9 +592,10 @@ class Controller:
         k = ann.key(pod)
         node = t.assigned.get(k)
         if node is not None:
-            passed = [n for n in nodes if n == node]
+            if node in nodes:
+                return [node], {}  # the others simply drop out; no reasons needed
             why = f"the plan assigns this pod to {node}"
-            return passed, {n: why for n in nodes if n != node}
+            return [], {n: why for n in nodes}
         svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
         if svc is not None and svc in t.service_planned:
             return self._filter_service(pod, svc, nodes, t)
