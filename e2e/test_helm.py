@@ -48,9 +48,11 @@ INSTANCE = "app.kubernetes.io/instance"
 TOLERATE_FAKE_NODES = [{"key": objects.KWOK_TAINT_KEY, "operator": "Exists",
                         "effect": "NoSchedule"}]
 # Pods of the chart may run on the fake nodes (KWOK marks them Running and Ready).
+# A short grace period keeps namespace teardown quick (KWOK honours it).
 BASE_VALUES: dict[str, Any] = {
     "tolerations": TOLERATE_FAKE_NODES,
-    "scheduler": {"tolerations": TOLERATE_FAKE_NODES},
+    "terminationGracePeriodSeconds": 1,
+    "scheduler": {"tolerations": TOLERATE_FAKE_NODES, "terminationGracePeriodSeconds": 1},
 }
 # Everything the chart labels, namespaced and cluster-scoped.
 LABELLED_KINDS = ("deployments.apps,replicasets.apps,pods,services,serviceaccounts,configmaps,"
@@ -75,6 +77,7 @@ class Helm:
     binary: str
     kubeconfig: Path
     home: Path
+    installed: list[tuple[str, str]] = field(default_factory=list)
 
     def __call__(self, *args: str, check: bool = True,
                  timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -87,12 +90,21 @@ class Helm:
         if check and result.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n"
                                  f"{result.stdout}\n{result.stderr}")
+        if args[0] == "install" and not any(a.startswith("--dry-run") for a in args):
+            self.installed.append((args[1], args[args.index("-n") + 1]))
         return result
 
 
 @pytest.fixture
-def helm(cluster: Cluster, tmp_path: Path) -> Helm:
-    return Helm(helm_binary(cluster), cluster.kubeconfig, tmp_path / "helm-home")
+def helm(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Helm]:
+    # Depends on `namespace` so that it is torn down (uninstalling) before the namespace.
+    h = Helm(helm_binary(cluster), cluster.kubeconfig, tmp_path / "helm-home")
+    yield h
+    # Uninstall first: the namespace controller is slow to empty a namespace of
+    # running Deployments, and cluster-scoped objects would outlive the namespace.
+    for release, namespace in h.installed:
+        h("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s", "--ignore-not-found",
+          check=False)
 
 
 def values_file(tmp_path: Path, *layers: dict[str, Any]) -> str:
