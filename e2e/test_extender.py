@@ -239,7 +239,7 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         "metadata": {"name": "chat-demand"}, "data": {"curve": json.dumps(curve)}})
     tmpl = objects.pod("chat", gpus=1)["spec"]
     tmpl["restartPolicy"] = "Always"
-    apps.create_namespaced_deployment(namespace, {
+    apps.create_namespaced_deployment(namespace, {  # type: ignore[arg-type]
         "metadata": {"name": "chat", "annotations": {
             "gpuroster.io/workload": "realtime-inference",
             "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}},
@@ -249,7 +249,8 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
     seen: list[tuple[int, int]] = []  # (step, replicas): the last count seen in each step
     deadline = time.monotonic() + 10 * STEP
     while time.monotonic() < deadline:
-        rep = apps.read_namespaced_deployment(name="chat", namespace=namespace).spec.replicas
+        rep = int(apps.read_namespaced_deployment(name="chat",
+                                                  namespace=namespace).spec.replicas or 0)
         step = int(extender.get("/plan")["step"])
         if seen and seen[-1][0] == step:
             seen[-1] = (step, rep)

@@ -208,10 +208,11 @@ def make_pod(name: str, namespace: str = "ns") -> PodBuilder:
 
 
 def deployment(name: str, namespace: str = "ns", replicas: int = 0, gpus: int = 1,
-               **notes: str) -> Obj:
+               notes: dict[str, str] | None = None) -> Obj:
     return {
         "metadata": {"name": name, "namespace": namespace,
-                     "annotations": {"gpuroster.io/workload": "realtime-inference", **notes}},
+                     "annotations": {"gpuroster.io/workload": "realtime-inference",
+                                     **(notes or {})}},
         "spec": {"replicas": replicas, "template": {"spec": {"containers": [
             {"name": "main", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}},
     }

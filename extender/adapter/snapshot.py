@@ -33,7 +33,8 @@ def parse_time(text: str | None) -> float | None:
 
 
 def format_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Sub-second: steps may be seconds long, and admitted-at fixes a gang's start step.
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass

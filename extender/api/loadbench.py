@@ -219,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} CPUs")
         for label, pod in (("admitted pod", _pod("admitted-0", "a", 4)),
                            ("waiting pod", _pod("waiting-0", "w", 5))):
-            go = {"separators": (",", ":")}  # compact, as Go writes it
-            by_names = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}, **go).encode()
+            go = (",", ":")  # compact, as Go writes it
+            by_names = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names},
+                                  separators=go).encode()
             full = json.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": nodes},
-                               "NodeNames": None}, **go).encode()
+                               "NodeNames": None}, separators=go).encode()
             _drive(port, [("/filter", by_names)], 0.5, 1)  # warm up
             s, n, t = _drive(port, [("/filter", by_names), ("/prioritize", by_names)],
                              args.seconds, args.clients)

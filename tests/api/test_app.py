@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,11 @@ class StandIn:
     def __init__(self) -> None:
         self.binds: list[tuple[str, str, str | None, str]] = []
 
-    def filter(self, pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], dict[str, str]]:
+    def filter(self, pod: dict[str, Any], nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         return [n for n in nodes if n == "gpu-node-1"], {n: WHY for n in nodes
                                                          if n != "gpu-node-1"}
 
-    def prioritize(self, pod: dict[str, Any], nodes: list[str]) -> list[tuple[str, int]]:
+    def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[tuple[str, int]]:
         return [(n, 10 if n == "gpu-node-1" else 0) for n in nodes]
 
     def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None:
@@ -99,7 +100,8 @@ def test_bind_round_trip(client: TestClient, verbs: StandIn) -> None:
 def test_wire_models_read_the_go_fixtures(name: str) -> None:
     args = wire.ExtenderArgs.model_validate_json(fixture(name))
     lean = wire.ExtenderArgsLean.model_validate_json(fixture(name))
-    names = args.NodeNames or [wire.node_name(n) for n in (args.Nodes.items if args.Nodes else [])]
+    names: list[str | None] = list(args.NodeNames or [])
+    names = names or [wire.node_name(n) for n in (args.Nodes.items if args.Nodes else [])]
     assert lean.node_names() == names == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
     assert args.Pod["metadata"]["name"] == "train-0"
 
@@ -163,7 +165,7 @@ def test_oversized_body_gets_413(client: TestClient) -> None:
 
 
 def test_verb_exception_is_a_json_500_not_a_crash(verbs: StandIn) -> None:
-    def boom(pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], dict[str, str]]:
+    def boom(pod: dict[str, Any], nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         raise RuntimeError("boom")
 
     verbs.filter = boom  # type: ignore[method-assign]

@@ -71,8 +71,9 @@ def test_gang_of_four_is_admitted_whole_on_one_node() -> None:
     for k in keys:
         pod = rig.fake.pod(k)
         passed, failed = rig.ctl.filter(pod, ["gpu-node-0", "gpu-node-1"])
-        assert passed == [n]
-        assert set(failed) == {"gpu-node-0", "gpu-node-1"} - {n}
+        assert passed == [n] and failed == {}  # the others drop out silently
+        other = "gpu-node-1" if n == "gpu-node-0" else "gpu-node-0"
+        assert rig.ctl.filter(pod, [other]) == ([], {other: f"the plan assigns this pod to {n}"})
         scores = dict(rig.ctl.prioritize(pod, ["gpu-node-0", "gpu-node-1"]))
         assert scores[n] == 10
 
@@ -216,7 +217,7 @@ def test_unknown_pod_waits_for_the_next_step() -> None:
 def test_service_follows_its_curve_within_the_swap_cap() -> None:
     rig = Rig(nodes=1)
     rig.fake.add("configmaps", configmap("chat-demand", curve="[2, 4, 6, 2]"))
-    rig.fake.add("deployments", deployment("chat", replicas=0, **{
+    rig.fake.add("deployments", deployment("chat", replicas=0, notes={
         "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
     replicas = []
     for k in range(5):
@@ -235,7 +236,7 @@ def test_service_follows_its_curve_within_the_swap_cap() -> None:
 def test_service_pods_go_where_the_plan_holds_gpus() -> None:
     rig = Rig(nodes=2)
     rig.fake.add("configmaps", configmap("d", curve="3"))
-    rig.fake.add("deployments", deployment("svc", replicas=3, **{
+    rig.fake.add("deployments", deployment("svc", replicas=3, notes={
         "gpuroster.io/demand-configmap": "d"}))
     rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
     rig.step()
@@ -256,7 +257,7 @@ def test_plan_view_has_the_grid() -> None:
 
 def test_missing_demand_configmap_is_reported_on_pending_pods() -> None:
     rig = Rig(nodes=1)
-    rig.fake.add("deployments", deployment("svc", replicas=1, **{
+    rig.fake.add("deployments", deployment("svc", replicas=1, notes={
         "gpuroster.io/demand-configmap": "nope"}))
     rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
     rig.step()

@@ -1,0 +1,97 @@
+"""Pod and Deployment annotations -> specs, or an error naming the problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender import config
+from extender.adapter import annotations as ann
+from extender.planner import model
+from tests.kubefake import configmap, deployment, make_pod
+
+S = config.Settings()
+
+
+@pytest.mark.parametrize(("pod", "gang", "size", "gpus", "prio", "seconds"), [
+    (make_pod("p").gpus(2), "ns/p", 1, 2, 2.0, 6 * 3600),
+    (make_pod("p").gpus(4).gang("g", 2).priority("critical").duration("90m"), "ns/g", 2, 4,
+     8.0, 5400),
+    (make_pod("p").gpus(1).priority("3.5").workload("quantization"), "ns/p", 1, 1, 3.5, 3600),
+    (make_pod("p").gpus(8).duration("1h30m").workload("batch-inference"), "ns/p", 1, 8, 2.0,
+     5400),
+], ids=["defaults", "gang", "number-priority", "compound-duration"])
+def test_pod_work(pod: object, gang: str, size: int, gpus: int, prio: float,
+                  seconds: float) -> None:
+    w = ann.pod_work(pod.build(), S)  # type: ignore[attr-defined]
+    assert (w.gang, w.gang_size, w.gpus, w.priority, w.duration_seconds) == (
+        gang, size, gpus, prio, seconds)
+
+
+def test_priority_class_name_maps_through_configuration() -> None:
+    pod = make_pod("p").gpus(1).build()
+    pod["spec"]["priorityClassName"] = "high"
+    assert ann.pod_work(pod, S).priority == 4.0
+
+
+@pytest.mark.parametrize(("pod", "needle"), [
+    (make_pod("p"), "requests no nvidia.com/gpu"),
+    (make_pod("p").gpus(1).workload("fishing"), "unknown workload type 'fishing'"),
+    (make_pod("p").gpus(1).workload("realtime-inference"), "belongs on a Deployment"),
+    (make_pod("p").gpus(1).priority("-1"), "positive"),
+    (make_pod("p").gpus(1).priority("urgent"), "neither a positive number"),
+    (make_pod("p").gpus(1).duration("forever"), "unparsable duration"),
+    (make_pod("p").gpus(1).duration("0s"), "positive"),
+    (make_pod("p").gpus(1).annotate(**{"gpuroster.io/gang": "g"}), "needs gpuroster.io/gang-size"),
+    (make_pod("p").gpus(1).gang("g", 0), "at least 1"),
+    (make_pod("p").gpus(1).annotate(**{"gpuroster.io/gang-size": "2"}), "gang is missing"),
+], ids=["no-gpu", "workload", "realtime-pod", "negative", "class", "duration", "zero",
+        "no-size", "size-0", "size-no-gang"])
+def test_bad_pod_annotations(pod: object, needle: str) -> None:
+    with pytest.raises(ann.AnnotationError, match=None) as e:
+        ann.pod_work(pod.build(), S)  # type: ignore[attr-defined]
+    assert needle in str(e.value)
+
+
+def test_service_spec_and_its_problems() -> None:
+    d = deployment("chat", gpus=2, notes={"gpuroster.io/demand-configmap": "c",
+                                      "gpuroster.io/max-swap": "3",
+                                      "gpuroster.io/priority": "high"})
+    s = ann.service_spec(d, S)
+    assert s == ann.ServiceSpec("ns/chat", 4.0, 3, 2, "c", None)
+    assert ann.service_spec({"metadata": {"name": "x"}}, S) is None
+    with pytest.raises(ann.AnnotationError, match="demand"):
+        ann.service_spec(deployment("chat"), S)
+    with pytest.raises(ann.AnnotationError, match="max-swap"):
+        ann.service_spec(deployment("chat", notes={"gpuroster.io/demand-configmap": "c",
+                                               "gpuroster.io/max-swap": "lots"}), S)
+
+
+def test_demand_configmap() -> None:
+    d = ann.demand(configmap("c", curve="[1, 2, 3]", history="4,5 6"))
+    assert d.curve == (1.0, 2.0, 3.0) and d.history == (4.0, 5.0, 6.0)
+    for bad in ({"curve": "[1, -2]"}, {"curve": "x"}, {}, {"history": "{}"}):
+        with pytest.raises(ann.AnnotationError):
+            ann.demand(configmap("c", **bad))
+
+
+@pytest.mark.parametrize(("block", "label"), [
+    (model.Block(3, 2), "gpu-node-0:3-4"),
+    (model.Block(8, 8), "gpu-node-1:0-7"),
+    (model.Block(8, 16), "gpu-node-1..gpu-node-2"),
+])
+def test_block_labels_round_trip(block: model.Block, label: str) -> None:
+    names = ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
+    c = model.Cluster(3, 8)
+    assert block.label(c, names) == label
+    assert ann.parse_block(label, {n: i for i, n in enumerate(names)}, 8) == block
+
+
+def test_block_on_a_missing_node_is_an_error() -> None:
+    with pytest.raises(ann.AnnotationError, match="cannot place"):
+        ann.parse_block("gone:0-3", {"gpu-node-0": 0}, 8)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("6h", 21600), ("90m", 5400), ("2d", 172800), ("20s", 20), ("1h30m", 5400), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert config.parse_duration(text) == seconds

@@ -1,0 +1,135 @@
+"""Informers on a fake API server: list, watch, 410 relist, reconnect, assumed bindings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from extender.adapter import kube, watching
+from tests.kubefake import FakeKube, make_pod, node
+
+
+def wait(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def started(fake: FakeKube, kind: str = "pods", **kw: Any) -> watching.Informer:
+    inf = watching.Informer(fake, kind, None, **kw)
+    inf.start()
+    assert inf.synced.wait(5)
+    return inf
+
+
+def test_list_then_watch_keeps_the_cache() -> None:
+    fake = FakeKube()
+    fake.add("pods", make_pod("a").build())
+    changes: list[str] = []
+    inf = started(fake, on_change=changes.append)
+    try:
+        assert [p["metadata"]["name"] for p in inf.items()] == ["a"]
+        wait(lambda: bool(fake.watchers["pods"]))
+        fake.add("pods", make_pod("b").build())
+        wait(lambda: inf.get("ns/b") is not None)
+        fake.delete("pods", "ns/a")
+        wait(lambda: inf.get("ns/a") is None)
+        assert changes
+    finally:
+        inf.stop()
+
+
+def test_410_gone_relists() -> None:
+    fake = FakeKube()
+    inf = started(fake)
+    try:
+        wait(lambda: bool(fake.watchers["pods"]))
+        lists = fake.lists
+        # An object added while the watch "expired": only a relist can find it.
+        with fake.lock:
+            fake.objects["pods"]["ns/hidden"] = make_pod("hidden").build()
+            fake.objects["pods"]["ns/hidden"]["metadata"]["resourceVersion"] = "999"
+        fake.gone("pods")
+        wait(lambda: inf.get("ns/hidden") is not None)
+        assert fake.lists > lists
+    finally:
+        inf.stop()
+
+
+class Flaky(FakeKube):
+    """Watches fail a few times before working."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def watch(self, kind: str, namespace: str | None, resource_version: str,
+              timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise kube.ApiError(0, "connection refused")
+        return super().watch(kind, namespace, resource_version, timeout_seconds)
+
+
+def test_reconnects_after_failures() -> None:
+    fake = Flaky(failures=2)
+    inf = started(fake)
+    try:
+        wait(lambda: bool(fake.watchers["pods"]), timeout=10)
+        fake.add("pods", make_pod("late").build())
+        wait(lambda: inf.get("ns/late") is not None)
+        assert inf.restarts >= 2
+    finally:
+        inf.stop()
+
+
+def test_resync_relists_periodically() -> None:
+    fake = FakeKube()
+    inf = started(fake, resync_seconds=0.3)
+    try:
+        lists = fake.lists
+        wait(lambda: fake.lists >= lists + 2, timeout=5)
+    finally:
+        inf.stop()
+
+
+def test_stale_events_do_not_overwrite_newer_objects() -> None:
+    fake = FakeKube()
+    inf = watching.Informer(fake, "pods")
+    new = make_pod("a").build()
+    new["metadata"]["resourceVersion"] = "10"
+    old = make_pod("a").build()
+    old["metadata"]["resourceVersion"] = "9"
+    old["metadata"]["annotations"] = {"stale": "yes"}
+    inf.put(new)
+    assert inf.apply({"type": "MODIFIED", "object": old})
+    assert "stale" not in (inf.get("ns/a") or {})["metadata"]["annotations"]
+
+
+def test_cache_assumed_bindings_drop_once_visible() -> None:
+    fake = FakeKube()
+    fake.add("nodes", node(0))
+    fake.add("pods", make_pod("a").gpus(1).build())
+    cache = watching.Cache(fake)
+    for i in cache.all():
+        i.relist()
+    cache.assume("ns/a", "gpu-node-0")
+    assert cache.assumed() == {"ns/a": "gpu-node-0"}
+    fake.bind("ns", "a", None, "gpu-node-0")
+    for i in cache.all():
+        i.relist()
+    assert cache.assumed() == {}
+
+
+def test_namespaced_cache_has_one_informer_per_namespace() -> None:
+    fake = FakeKube()
+    fake.add("pods", make_pod("a", "x").build())
+    fake.add("pods", make_pod("b", "y").build())
+    cache = watching.Cache(fake, ["x"])
+    for i in cache.all():
+        i.relist()
+    assert [p["metadata"]["name"] for p in cache.items("pods")] == ["a"]
+    assert threading.active_count() >= 1

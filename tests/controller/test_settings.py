@@ -1,0 +1,68 @@
+"""`gpuroster serve` settings: flags over env over defaults, validated with the name."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender import config
+
+
+def test_defaults() -> None:
+    s = config.load([], env={})
+    assert (s.policy, s.step_seconds, s.horizon_steps, s.port) == ("gpuroster", 3600.0, 24, 8888)
+    assert s.priority_classes == {"critical": 8, "high": 4, "normal": 2, "low": 1}
+    assert s.namespaces == ()
+
+
+def test_env_and_flags() -> None:
+    env = {"GPUROSTER_POLICY": "fifo", "GPUROSTER_STEP_SECONDS": "2",
+           "GPUROSTER_NAMESPACES": "a, b", "GPUROSTER_PRIORITY_CLASSES": '{"x": 3}',
+           "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
+           "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000"}
+    s = config.load(["--port", "9100"], env=env)
+    assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
+    assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
+    assert s.duration_steps(3.0) == 2 and s.steps_per_day() == 43200
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"GPUROSTER_POLICY": "magic"}, "GPUROSTER_POLICY"),
+    ({"GPUROSTER_STEP_SECONDS": "soon"}, "GPUROSTER_STEP_SECONDS"),
+    ({"GPUROSTER_STEP_SECONDS": "-1"}, "GPUROSTER_STEP_SECONDS"),
+    ({"GPUROSTER_PRIORITY_CLASSES": "[1]"}, "GPUROSTER_PRIORITY_CLASSES"),
+    ({"GPUROSTER_PRIORITY_CLASSES": '{"a": -1}', "GPUROSTER_DEFAULT_PRIORITY": "a"},
+     "GPUROSTER_PRIORITY_CLASSES"),
+    ({"GPUROSTER_DEFAULT_PRIORITY": "nope"}, "GPUROSTER_DEFAULT_PRIORITY"),
+    ({"GPUROSTER_DEFAULT_DURATIONS": '{"training": "later"}'}, "GPUROSTER_DEFAULT_DURATIONS"),
+    ({"GPUROSTER_TLS_CERT_FILE": "/c"}, "GPUROSTER_TLS_CERT_FILE"),
+    ({"GPUROSTER_LEADER_ELECT": "maybe"}, "GPUROSTER_LEADER_ELECT"),
+])
+def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(config.ConfigError, match=needle):
+        config.load([], env=env)
+
+
+def test_serve_exits_2_on_bad_settings(capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.controller import main
+
+    monkeypatch.setenv("GPUROSTER_POLICY", "magic")
+    assert main.serve([]) == 2
+    assert "GPUROSTER_POLICY" in capsys.readouterr().err
+
+
+def test_plan_command_reports_an_unreachable_service(capsys: pytest.CaptureFixture[str]) -> None:
+    from extender.controller import main
+
+    assert main.plan(["--url", "http://127.0.0.1:9"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_plan_text_rendering() -> None:
+    from extender.controller import main
+
+    view = {"step": 1, "step_seconds": 60.0, "horizon": 3, "nodes": ["n0"], "gpus_per_node": 2,
+            "grid": [["ns/a", "ns/a", None], [None, "ns/b", "ns/b"]], "jobs": {},
+            "services": {}, "queue": ["ns/b"]}
+    text = main.render_text(view)
+    assert "n0:0" in text and "|A|A." in text and "queue: ns/b" in text
