@@ -4,6 +4,7 @@
 #   make test-unit       unit tests only (no cluster)
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
+#   make -s cluster-extender-port   port where its kube-scheduler calls the extender
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -16,8 +17,8 @@ PYTEST := $(PY) -m pytest
 # Every e2e test shares one cluster; a hung test must not hang CI.
 E2E_TIMEOUT ?= 900
 
-.PHONY: help venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-status \
-        test test-unit test-e2e lint demo bench bench-cluster
+.PHONY: help venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
+        cluster-status test test-unit test-e2e lint demo bench bench-cluster
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -43,6 +44,9 @@ cluster-down:
 
 cluster-kubeconfig:
 	@$(PY) -m e2e.cluster kubeconfig
+
+cluster-extender-port:
+	@$(PY) -m e2e.cluster extender-port
 
 cluster-status:
 	@$(PY) -m e2e.cluster status
