@@ -26,17 +26,32 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
     holder: list[stepping.Controller] = []
     cache = watching.Cache(client, settings.namespaces, resync_seconds=settings.resync_seconds,
                            on_change=lambda kind: holder[0].mark_dirty(kind) if holder else None)
-    controller = stepping.Controller(settings, client, cache, clock=clock)
+    elector = None
+    if settings.leader_elect and isinstance(client, kube.Client):
+        import socket
+
+        from extender.adapter import leasing
+
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        elector = leasing.Elector(
+            leasing.ApiLeaseStore(client, settings.lease_namespace, settings.lease_name),
+            identity, name=settings.lease_name, namespace=settings.lease_namespace)
+    controller = stepping.Controller(settings, client, cache, clock=clock,
+                                     leader=elector.is_leader if elector else None)
     holder.append(controller)
     metrics.set_state_source(lambda: controller.state)
 
     def start() -> None:
+        if elector is not None:
+            elector.start()
         cache.start()
         controller.start()
 
     def stop() -> None:
         controller.stop()
         cache.stop()
+        if elector is not None:
+            elector.stop()
 
     app = app_mod.create_app(
         controller, view=lambda: controller.view,
@@ -55,8 +70,6 @@ def serve(argv: Sequence[str]) -> int:
     logging.basicConfig(level=settings.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("gpuroster")
-    if settings.leader_elect:
-        log.warning("GPUROSTER_LEADER_ELECT is not implemented yet: run one replica")
     import uvicorn
 
     try:

@@ -71,12 +71,17 @@ class Controller:
     def __init__(self, settings: config.Settings, client: kube.Kube,
                  cache: watching.Cache, *, clock: clock_mod.Clock | None = None,
                  policy: policies.Policy | None = None,
-                 prometheus_query: Callable[..., list[float]] | None = None) -> None:
+                 prometheus_query: Callable[..., list[float]] | None = None,
+                 leader: Callable[[], bool] | None = None) -> None:
         self.settings = settings
         self.client = client
         self.cache = cache
         self.clock = clock or clock_mod.RealClock()
-        self.epoch = settings.epoch or self.clock.now()
+        # Step 0 has no previous GPU sets (MODEL.md: no swap cap). Without a configured
+        # epoch the first step is 1, so a restarted service keeps the cap from its
+        # first step on (current sets rebuilt from where the pods run).
+        self.epoch = settings.epoch or self.clock.now() - settings.step_seconds
+        self.leader = leader or (lambda: True)
         self.policy = policy or self._make_policy()
         self.query = prometheus_query or prometheus.query_range
         self.table = Table()
@@ -171,14 +176,18 @@ class Controller:
         took = time.perf_counter() - t0
         metrics.PLAN_DURATION.observe(took)
         metrics.STEPS.inc()
-        admitted, failed = self._admit(snap, plan, step, now)
+        # Every replica plans and answers the scheduler; only the leader commits.
+        leading = self.leader()
+        admitted, failed = self._admit(snap, plan, step, now) if leading else ({}, {})
         sets = {s: g for s, g in plan.service_gpus.items()}
         self._sets[step] = sets
         for old in [k for k in self._sets if k < step - 2]:
             del self._sets[old]
         self._publish(snap, plan, step, admitted, failed, problems)
-        scaled = self._scale(snap, plan, step, inp)
-        self._explain(snap, plan, step, now, admitted, failed, problems)
+        scaled: dict[str, int] = {}
+        if leading:
+            scaled = self._scale(snap, plan, step, inp)
+            self._explain(snap, plan, step, now, admitted, failed, problems)
         self._record(snap, plan, inp, step, now, admitted, took)
         self.rounds += 1
         return StepResult(step, sorted(admitted), scaled, plan, took)

@@ -263,3 +263,28 @@ def test_missing_demand_configmap_is_reported_on_pending_pods() -> None:
     rig.step()
     assert any("not found" in e["message"] for e in rig.fake.events)
     assert kubefake  # module used for builders
+
+
+def test_follower_answers_from_annotations_but_never_writes() -> None:
+    rig = Rig()
+    keys = gang(rig.fake, "g", 2, 2)
+    rig.step()  # the leader admits
+    node = rig.notes(keys[0])[ann.NODE]
+    gang(rig.fake, "later", 1, 8)
+    follower = Rig(fake=rig.fake)
+    follower.ctl.leader = lambda: False
+    calls = len(rig.fake.calls)
+    events = len(rig.fake.events)
+    r = follower.step()
+    assert r.admitted == [] and rig.fake.calls[calls:] == [] and len(rig.fake.events) == events
+    assert follower.ctl.filter(rig.fake.pod(keys[0]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
+    _, failed = follower.ctl.filter(rig.fake.pod("ns/later-0"), ["gpu-node-0"])
+    assert "waiting" in failed["gpu-node-0"]
+
+
+def test_default_epoch_starts_at_step_one() -> None:
+    fake = FakeKube()
+    clock = clock_mod.FakeClock(START)
+    ctl = stepping.Controller(config.Settings(step_seconds=10), fake, watching.Cache(fake),
+                              clock=clock)
+    assert ctl.step_of(clock.now()) == 1

@@ -1,0 +1,140 @@
+"""Leader election on a coordination.k8s.io Lease (client-go's algorithm, simplified).
+
+Every replica answers kube-scheduler from its own cache; only the holder of the
+Lease commits (admits gangs, scales Deployments, writes Events). A holder that
+cannot renew within `renew_deadline` stops committing before its Lease can
+expire, so two replicas never commit at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from extender.adapter import kube
+
+log = logging.getLogger(__name__)
+
+
+def _micro(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseStore(Protocol):
+    def get(self) -> dict[str, Any] | None: ...
+
+    def create(self, body: dict[str, Any]) -> None: ...
+
+    def update(self, body: dict[str, Any]) -> None: ...
+
+
+class ApiLeaseStore:
+    """The Lease through the API server (raises kube.ApiError, 409 on a lost race)."""
+
+    def __init__(self, client: kube.Client, namespace: str, name: str) -> None:
+        from kubernetes import client as k8s
+
+        self.api: Any = k8s.CoordinationV1Api(client.api)
+        self.namespace, self.name = namespace, name
+
+    def get(self) -> dict[str, Any] | None:
+        with kube._errors():
+            try:
+                r = self.api.read_namespaced_lease(self.name, self.namespace,
+                                                   _preload_content=False, _request_timeout=5)
+            except Exception as e:
+                if getattr(e, "status", None) == 404:
+                    return None
+                raise
+            doc: dict[str, Any] = json.loads(r.data)
+            return doc
+
+    def create(self, body: dict[str, Any]) -> None:
+        with kube._errors():
+            self.api.create_namespaced_lease(self.namespace, body, _preload_content=False,
+                                             _request_timeout=5)
+
+    def update(self, body: dict[str, Any]) -> None:
+        with kube._errors():
+            self.api.replace_namespaced_lease(self.name, self.namespace, body,
+                                              _preload_content=False, _request_timeout=5)
+
+
+class Elector:
+    def __init__(self, store: LeaseStore, identity: str, *, name: str, namespace: str,
+                 lease_seconds: float = 15.0, renew_deadline: float = 10.0,
+                 retry_seconds: float = 2.0, now: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.identity = identity
+        self.name, self.namespace = name, namespace
+        self.lease_seconds = lease_seconds
+        self.renew_deadline = renew_deadline
+        self.retry_seconds = retry_seconds
+        self._now = now
+        self._mono = monotonic
+        self._leader_until = 0.0  # monotonic deadline of our leadership
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0
+        self._stop = threading.Event()
+
+    def is_leader(self) -> bool:
+        return self._mono() < self._leader_until
+
+    def _spec(self, transitions: int, acquired: str | None) -> dict[str, Any]:
+        t = _micro(self._now())
+        return {"holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_seconds),
+                "acquireTime": acquired or t, "renewTime": t, "leaseTransitions": transitions}
+
+    def try_once(self) -> bool:
+        """One acquire-or-renew attempt; True if we hold the Lease afterwards."""
+        started = self._mono()
+        try:
+            lease = self.store.get()
+            if lease is None:
+                self.store.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                   "metadata": {"name": self.name, "namespace": self.namespace},
+                                   "spec": self._spec(0, None)})
+            else:
+                spec = lease.get("spec") or {}
+                holder = spec.get("holderIdentity") or ""
+                seen = (holder, str(spec.get("renewTime")))
+                if seen != self._observed:
+                    self._observed, self._observed_at = seen, started
+                duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+                expired = started - self._observed_at > duration
+                if holder and holder != self.identity and not expired:
+                    self._leader_until = 0.0
+                    return False
+                transitions = int(spec.get("leaseTransitions") or 0)
+                mine = holder == self.identity
+                lease["spec"] = self._spec(transitions if mine else transitions + 1,
+                                           spec.get("acquireTime") if mine else None)
+                self.store.update(lease)
+        except kube.ApiError as e:
+            if self.is_leader() and started < self._leader_until:
+                log.warning("lease renewal failed (%s); still leader until the deadline", e)
+                return self.is_leader()
+            self._leader_until = 0.0
+            return False
+        if not self.is_leader():
+            log.info("became leader (lease %s/%s)", self.namespace, self.name)
+        self._leader_until = started + self.renew_deadline
+        return True
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.try_once()
+            self._stop.wait(self.retry_seconds)
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, name="leader-election", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
