@@ -16,6 +16,7 @@ gpuroster process itself is exercised with these tokens elsewhere
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -487,7 +488,8 @@ class StubExtender:
 
 
 @contextlib.contextmanager
-def serve(stub: StubExtender) -> Iterator[str]:
+def serve(stub: StubExtender, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """Serve the stub on 127.0.0.1, over HTTPS with (cert, key) when given."""
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -502,28 +504,60 @@ def serve(stub: StubExtender) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        scheme = "https" if tls is not None else "http"
+        yield f"{scheme}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_chart_scheduler_config_runs_as_its_service_account(
-    cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path
+    cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path, tls: bool
 ) -> None:
     release = release_name(namespace)
     sched = f"{release}-gpuroster-scheduler"
     stub = StubExtender(cluster.core())
-    with serve(stub) as url:
+    assert cluster.pki is not None
+    serving = (cluster.pki.extender.cert, cluster.pki.extender.key) if tls else None
+    values: dict[str, Any] = {"scheduler": {"replicas": 1}}
+    if serving is not None:
+        # The Secret shape the chart documents (cert-manager's): tls.crt, tls.key, ca.crt.
+        cluster.kubectl("create", "secret", "generic", "gpuroster-tls", "-n", namespace,
+                        f"--from-file=tls.crt={serving[0]}", f"--from-file=tls.key={serving[1]}",
+                        f"--from-file=ca.crt={cluster.pki.ca.cert}")
+        values["tls"] = {"enabled": True, "secretName": "gpuroster-tls"}
+    with serve(stub, serving) as url:
         # The in-cluster scheduler cannot reach a stub on the host: point the chart at it,
         # then run the chart's configuration in a kube-scheduler here, as the chart's account.
+        values["scheduler"]["extender"] = {"urlPrefix": url}
         helm("install", release, str(CHART), "-n", namespace, "-f", values_file(
-            tmp_path, BASE_VALUES, {"scheduler": {"replicas": 1, "extender": {"urlPrefix": url}}}))
+            tmp_path, BASE_VALUES, values))
         cm = kubectl_json(cluster, "get", "configmap", f"{sched}-config", "-n", namespace)
         cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        if tls:
+            (ext,) = cfg["extenders"]
+            assert ext["enableHTTPS"] is True
+            # The pod mounts the Secret's CA where the configuration looks for it ...
+            pod = kubectl_json(cluster, "get", "deployment", sched, "-n", namespace)[
+                "spec"]["template"]["spec"]
+            (mount,) = [m for m in pod["containers"][0]["volumeMounts"]
+                        if m["name"] == "extender-ca"]
+            (vol,) = [v for v in pod["volumes"] if v["name"] == "extender-ca"]
+            (item,) = vol["secret"]["items"]
+            assert ext["tlsConfig"]["caFile"] == f"{mount['mountPath']}/{item['path']}"
+            # ... here the same file comes from the Secret, at a local path.
+            secret = kubectl_json(cluster, "get", "secret", "gpuroster-tls", "-n", namespace)
+            ca = tmp_path / "ca.crt"
+            ca.write_bytes(base64.b64decode(secret["data"][item["key"]]))
+            ext["tlsConfig"]["caFile"] = str(ca)
         kc = accounts.service_account_kubeconfig(cluster, namespace, sched,
                                                  tmp_path / "scheduler.kubeconfig")
         cfg["clientConnection"] = {"kubeconfig": str(kc)}
