@@ -288,3 +288,45 @@ def test_default_epoch_starts_at_step_one() -> None:
     ctl = stepping.Controller(config.Settings(step_seconds=10), fake, watching.Cache(fake),
                               clock=clock)
     assert ctl.step_of(clock.now()) == 1
+
+
+def test_demand_from_history_goes_through_the_forecaster() -> None:
+    rig = Rig(nodes=1)
+    day = [1] * 6 + [4] * 12 + [1] * 6
+    rig.fake.add("configmaps", configmap("h", history=",".join(str(x) for x in day * 7),
+                                         **{"steps-per-day": "24"}))
+    rig.fake.add("deployments", deployment("svc", notes={"gpuroster.io/demand-configmap": "h"}))
+    rig.step()
+    fc = rig.ctl.view["services"]["ns/svc"]["forecast"]
+    assert len(fc) == 24 and max(fc) == 4 and min(fc) == 1
+
+
+def test_demand_from_a_prometheus_query() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def query(url: str, expr: str, start: float, end: float, step: float) -> list[float]:
+        asked.append((url, expr))
+        return [3.0] * 48
+
+    fake = FakeKube()
+    fake.add("nodes", node(0))
+    fake.add("deployments", deployment("svc", notes={"gpuroster.io/demand-query": "sum(x)"}))
+    clock = clock_mod.FakeClock(START)
+    settings = config.Settings(step_seconds=3600, epoch=START, prometheus_url="http://prom:9090")
+    cache = watching.Cache(fake)
+    for i in cache.all():
+        i.relist()
+    ctl = stepping.Controller(settings, fake, cache, clock=clock, prometheus_query=query)
+    ctl.run_step()
+    assert asked == [("http://prom:9090", "sum(x)")]
+    assert ctl.view["services"]["ns/svc"]["forecast"][:3] == [3, 3, 3]
+    assert fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 3
+
+
+def test_demand_query_without_prometheus_is_reported() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("deployments", deployment("svc", replicas=1,
+                                           notes={"gpuroster.io/demand-query": "sum(x)"}))
+    rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
+    rig.step()
+    assert any("GPUROSTER_PROMETHEUS_URL" in e["message"] for e in rig.fake.events)
