@@ -101,19 +101,12 @@ class Extender:
 def extender(cluster: Cluster, namespace: str, tmp_path: Path,
              request: pytest.FixtureRequest) -> Iterator[Extender]:
     ext = Extender(cluster, namespace, tmp_path)
+    failed_before = request.session.testsfailed
     ext.start()
     yield ext
     ext.stop()
-    rep = getattr(request.node, "rep_call", None)
-    if rep is None or rep.failed:
+    if request.session.testsfailed > failed_before:
         print(f"---- gpuroster serve log ----\n{ext.log()}")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome: Any = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
 
 
 # --- helpers -----------------------------------------------------------------------
