@@ -264,7 +264,16 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--cluster", choices=["local"], help="replay on the local control plane")
     ap.add_argument("--kubeconfig", help="replay on the cluster of this kubeconfig")
     ap.add_argument(
-        "--step-seconds", type=float, default=None, help="wall seconds per step in cluster replays"
+        "--step-seconds",
+        type=float,
+        default=None,
+        help="wall seconds per step in cluster replays (default 2.5)",
+    )
+    ap.add_argument(
+        "--extender-port",
+        type=int,
+        default=8888,
+        help="with --kubeconfig: the port its kube-scheduler calls the extender on, here",
     )
     ap.add_argument(
         "--full",
@@ -292,6 +301,15 @@ def main(argv: Sequence[str]) -> int:
         print(f"gpuroster bench: {e}", file=sys.stderr)
         return 2
     wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.full or "gpuroster-full" in wanted:
+        try:
+            from extender.optimizing import exact  # noqa: F401  (registers gpuroster-full)
+        except ImportError as e:
+            print(
+                f"gpuroster bench: full mode needs OR-Tools: pip install 'gpuroster[full]' ({e})",
+                file=sys.stderr,
+            )
+            return 2
     if args.full and "gpuroster-full" not in wanted:
         wanted.append("gpuroster-full")
     for p in wanted:

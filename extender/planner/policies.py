@@ -41,9 +41,9 @@ def names() -> list[str]:
 
 
 def create(name: str, **options: Any) -> Policy:
+    """A fresh policy. `gpuroster-full` lives outside the pure planner (it needs
+    OR-Tools): it is known here once `extender.optimizing.exact` is imported."""
     _load_builtin()
-    if name == "gpuroster-full":
-        from extender.optimizing import exact  # noqa: F401  (registers itself; needs ortools)
     try:
         factory = _FACTORIES[name]
     except KeyError:
