@@ -149,15 +149,17 @@ def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     if not body.startswith(head) or not body.endswith(b']},"NodeNames":null}'):
         return None
     tail = len(b']},"NodeNames":null}')
+    marker = b',"Nodes":{"metadata":{'
+    at = body.find(marker)
+    if at < 0:
+        return None
     try:
-        text = body[: min(len(body), 1 << 20)].decode("utf-8", errors="strict")
+        text = body[:at].decode("utf-8", errors="strict")
         pod, end = json.JSONDecoder().raw_decode(text, len(head))
     except (ValueError, UnicodeDecodeError):
         return None
-    at = len(text[:end].encode("utf-8"))
-    marker = b',"Nodes":{"metadata":{'
-    if not isinstance(pod, dict) or not body.startswith(marker, at):
-        return None
+    if not isinstance(pod, dict) or end != len(text):
+        return None  # the marker was inside the Pod: not Go's layout after all
     items_at = body.find(b'"items":[', at)
     if items_at < 0:
         return None

@@ -636,20 +636,22 @@ class Controller:
         return passed, failed
 
     def prioritize(self, pod: Obj, nodes: Sequence[str]) -> list[tuple[str, int]]:
+        """Non-zero scores only: kube-scheduler adds nothing for a host left out."""
         t = self.table
         k = ann.key(pod)
         node = t.assigned.get(k)
         if node is not None:
-            return [(n, 10 if n == node else 0) for n in nodes]
+            return [(node, 10)] if node in nodes else []
         svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
         if svc is not None and svc in t.service_planned:
             planned = t.service_planned[svc]
             used = self._svc_used.get(svc, {})
-            free = {n: planned.get(n, 0) - used.get(n, 0) for n in nodes}
+            free = {n: planned.get(n, 0) - used.get(n, 0) for n in planned}
             top = max(free.values(), default=0)
-            return [(n, 10 if top > 0 and free[n] == top else (5 if free[n] > 0 else 0))
-                    for n in nodes]
-        return [(n, 0) for n in nodes]
+            candidates = set(nodes)
+            return [(n, 10 if f == top else 5) for n, f in free.items()
+                    if f > 0 and n in candidates]
+        return []
 
     def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None:
         """Assume, bind, undo on failure. Returns an error message or None."""
