@@ -56,6 +56,20 @@ class Sample:
     at: float
     service_pods: dict[str, list[tuple[str, str]]]  # service -> [(pod uid, node)]
     bound_jobs: set[str] = field(default_factory=set)  # jobs whose whole gang is bound
+    done_jobs: set[str] = field(default_factory=set)  # jobs whose pods all finished
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What the cluster looked like late in one step: for live tables and progress."""
+
+    step: int
+    steps: int
+    job_gpus: int  # GPUs held by running job pods
+    queued_jobs: int  # jobs submitted whose gang is not bound yet
+    demand: dict[str, int]  # service -> true demand this step
+    replicas: dict[str, int]  # service -> bound pods this step
+    gpus: int
 
 
 @dataclass
@@ -335,6 +349,8 @@ def replay(
     namespace: str = "gpuroster-bench",
     work_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    observe: Callable[[StepView], None] | None = None,
+    on_extender: Callable[[int], None] | None = None,
 ) -> Replay:
     """Run the scenario through the cluster under `policy` and rebuild its grid."""
     api = _api(kubeconfig)
@@ -370,9 +386,13 @@ def replay(
         by_arrival: dict[int, list[model.Job]] = {}
         for j in s.jobs:
             by_arrival.setdefault(j.arrival_step, []).append(j)
+        if on_extender:
+            on_extender(extender_port)
+        submitted: set[str] = set()
         for t in range(T):
             _sleep_until(t0 + t * S + 0.02 * S)
             for j in by_arrival.get(t, []):
+                submitted.add(j.name)
                 for pod in job_pods(j, G, S, namespace):
                     core.create_namespaced_pod(namespace, pod)
             # the true demand of past steps, as monitoring would have recorded it
@@ -389,6 +409,8 @@ def replay(
                 raise RuntimeError(f"gpuroster serve died at step {t}; log: {ext.log_path}")
             if progress:
                 progress(t + 1, T)
+            if observe:
+                observe(_view(samples[-1], s, submitted, t))
         pods = core.list_namespaced_pod(namespace, label_selector=f"{BENCH_LABEL}=job").items
     finally:
         ext.stop()
@@ -444,16 +466,35 @@ def _sleep_until(t: float) -> None:
 def _sample(core: k8s.CoreV1Api, ns: str, t: int, s: model.Scenario) -> Sample:
     out: dict[str, list[tuple[str, str]]] = {v.name: [] for v in s.services}
     gangs: dict[str, list[bool]] = {}
+    finished: dict[str, list[bool]] = {}
     for p in core.list_namespaced_pod(ns, label_selector=BENCH_LABEL).items:
         labels = p.metadata.labels or {}
         if labels.get(BENCH_LABEL) == "job":
-            gangs.setdefault(labels.get("gpuroster.io/job", ""), []).append(bool(p.spec.node_name))
+            job = labels.get("gpuroster.io/job", "")
+            gangs.setdefault(job, []).append(bool(p.spec.node_name))
+            phase = p.status.phase if p.status else None
+            finished.setdefault(job, []).append(phase in ("Succeeded", "Failed"))
             continue
         app = labels.get("app")
         if app in out and p.spec.node_name and p.metadata.deletion_timestamp is None:
             out[app].append((p.metadata.uid, p.spec.node_name))
     bound = {name for name, members in gangs.items() if members and all(members)}
-    return Sample(t, time.time(), out, bound)
+    done = {name for name, members in finished.items() if members and all(members)}
+    return Sample(t, time.time(), out, bound, done)
+
+
+def _view(sample: Sample, s: model.Scenario, submitted: set[str], t: int) -> StepView:
+    jobs = {j.name: j for j in s.jobs}
+    running = {n for n in sample.bound_jobs - sample.done_jobs if n in jobs}
+    return StepView(
+        step=t,
+        steps=s.duration_steps,
+        job_gpus=sum(jobs[n].gpus for n in running),
+        queued_jobs=len(submitted - sample.bound_jobs),
+        demand={v.name: v.demand[t] for v in s.services},
+        replicas={v.name: len(sample.service_pods.get(v.name, [])) for v in s.services},
+        gpus=s.cluster.gpus,
+    )
 
 
 def first_bound(samples: list[Sample]) -> dict[str, int]:
