@@ -94,12 +94,27 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         # Pods first, at once (KWOK removes them), so the next test finds the
         # GPUs free; the namespace controller finishes the rest in the background.
         if cluster.running():
+            _delete_workloads(cluster, name)
             core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
             deadline = time.monotonic() + 30
             while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
                 time.sleep(0.1)
             with contextlib.suppress(ApiException):
                 core.delete_namespace(name)
+
+
+def _delete_workloads(cluster: Cluster, namespace: str) -> None:
+    """Controllers first, or they recreate the pods we delete."""
+    from kubernetes import client
+
+    apps: Any = client.AppsV1Api(cluster.api())
+    batch: Any = client.BatchV1Api(cluster.api())
+    for delete in (apps.delete_collection_namespaced_deployment,
+                   apps.delete_collection_namespaced_stateful_set,
+                   apps.delete_collection_namespaced_daemon_set,
+                   apps.delete_collection_namespaced_replica_set,
+                   batch.delete_collection_namespaced_job):
+        delete(namespace, propagation_policy="Background")
 
 
 @pytest.fixture
