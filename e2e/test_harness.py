@@ -187,6 +187,24 @@ def test_simulated_runtime_completes_the_pod(cluster: Cluster, namespace: str) -
     assert core.read_namespaced_pod("forever", namespace).status.phase == "Running"
 
 
+def test_completed_pod_frees_its_gpus(
+    cluster: Cluster, namespace: str, recording_extender: RecordingExtender
+) -> None:
+    # The benchmark relies on this: a Succeeded pod's GPUs go back to the
+    # scheduler, and the waiting pod is retried without minutes of backoff.
+    core = cluster.core()
+    core.create_namespaced_pod(namespace, objects.pod("first", gpus=8, runtime="3s"))
+    _wait_pod(core, namespace, "first", "Running")
+    core.create_namespaced_pod(namespace, objects.pod("second", gpus=8))
+    time.sleep(1)
+    assert core.read_namespaced_pod("second", namespace).spec.node_name is None
+    _wait_pod(core, namespace, "first", "Succeeded", timeout=30)
+    done = time.monotonic()
+    second = _wait_pod(core, namespace, "second", "Running", timeout=30)
+    assert second.spec.node_name == recording_extender.allowed
+    assert time.monotonic() - done < 15
+
+
 def test_nodes_can_be_added_broken_and_removed(cluster: Cluster, nodes: list[str]) -> None:
     assert nodes == [objects.node_name(i) for i in range(len(nodes))]
     added = cluster.add_node(gpus=4)
