@@ -32,9 +32,12 @@ def _load(command: str) -> Callable[[Sequence[str]], int] | None:
 
         return benchmarking.check_main
     if command in ("serve", "plan"):
-        from extender.controller import main as controller_main
+        import extender.controller.main as controller_main
 
-        return controller_main.serve if command == "serve" else controller_main.plan
+        run: Callable[[Sequence[str]], int] = (
+            controller_main.serve if command == "serve" else controller_main.plan
+        )
+        return run
     if command == "demo":
         from extender import demo
 
