@@ -546,6 +546,11 @@ class Controller:
                 self._tell(p, "InvalidDemand", f"service {name}: {problem}", now, False, True)
         for k in [k for k in self._explained if k not in seen]:
             del self._explained[k]
+        # Forget gangs and pods that are gone, so memory follows the cluster.
+        for name in [n for n in self._first_planned if n not in snap.gangs]:
+            del self._first_planned[name]
+        for k in [k for k in self._woken if k not in snap.pods]:
+            del self._woken[k]
 
     def _tell(self, pod: Obj, reason: str, message: str, now: float, status: bool,
               warning: bool) -> None:

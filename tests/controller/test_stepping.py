@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -330,3 +331,42 @@ def test_demand_query_without_prometheus_is_reported() -> None:
     rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
     rig.step()
     assert any("GPUROSTER_PROMETHEUS_URL" in e["message"] for e in rig.fake.events)
+
+
+def test_the_loop_steps_on_the_clock_it_is_given() -> None:
+    rig = Rig()
+    rig.ctl.start()
+    try:
+        deadline = time.monotonic() + 5
+        while rig.ctl.rounds < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        first = rig.ctl.table.step
+        rounds = rig.ctl.rounds
+        time.sleep(0.3)
+        assert rig.ctl.table.step == first  # the fake clock has not moved
+        rig.clock.advance(rig.settings.step_seconds)
+        while rig.ctl.table.step != first + 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert rig.ctl.rounds > rounds and rig.ctl.alive()
+    finally:
+        rig.ctl.stop()
+
+
+def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> None:
+    rig = Rig()
+    rig.ctl.start()
+    try:
+        deadline = time.monotonic() + 10
+        while rig.ctl.rounds < 1:
+            time.sleep(0.01)
+        gang(rig.fake, "g", 1, 2)
+        rig.sync()
+        rig.ctl.mark_dirty("pods")
+        rig.clock.advance(rig.settings.step_seconds / 2)  # min gap passes, same step
+        while ann.BLOCK not in rig.notes("ns/g-0"):
+            assert time.monotonic() < deadline, "not admitted mid-step"
+            time.sleep(0.01)
+    finally:
+        rig.ctl.stop()
