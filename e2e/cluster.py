@@ -230,6 +230,23 @@ class Cluster:
             names = ", ".join(f"{c.name} (exit {c.popen.returncode})" for c in dead)
             raise ClusterError(f"process died: {names}\n{self.log_tails()}")
 
+    def stop_process(self, name: str, *, hard: bool = False) -> None:
+        """Stop one component (``kube-apiserver``, ``kube-scheduler``, ``kwok``, ...) for a
+        fault test; ``hard``: SIGKILL. :meth:`start_process` restarts it on the same ports."""
+        self._group.stop_one(name, hard=hard)
+
+    def start_process(self, name: str, timeout: float = 60.0) -> None:
+        """Restart a component stopped by :meth:`stop_process` and wait until it is healthy."""
+        self._group.restart(name)
+        self._write_state()
+        deadline = time.monotonic() + timeout
+        if name == "kube-apiserver":
+            self._wait(lambda: self._https_ok(f"{self.server}/readyz"), deadline,
+                       "kube-apiserver ready")
+        elif name == "kube-scheduler":
+            self._wait(lambda: self._https_ok(f"https://127.0.0.1:{self.ports.scheduler}/healthz",
+                                              verify=False), deadline, "kube-scheduler healthy")
+
     def pids(self) -> dict[str, int]:
         return {c.name: c.pid for c in self._group.children}
 

@@ -47,6 +47,7 @@ class Group:
 
     log_dir: Path
     children: list[Child] = field(default_factory=list)
+    stopped: set[str] = field(default_factory=set)  # stopped on purpose by stop_one()
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -65,8 +66,41 @@ class Group:
         self.children.append(child)
         return child
 
+    def stop_one(self, name: str, timeout: float = 5.0, hard: bool = False) -> Child:
+        """Stop one child (SIGTERM, or SIGKILL with ``hard``) for a fault test; it stays
+        listed, so :meth:`restart` brings it back with the same argv (same ports), and
+        :meth:`dead` does not report it while stopped on purpose."""
+        child = self._named(name)
+        _signal_group(child.popen, signal.SIGKILL if hard else signal.SIGTERM)
+        try:
+            child.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(child.popen, signal.SIGKILL)
+            child.popen.wait(5)
+        _signal_group(child.popen, signal.SIGKILL)
+        self.stopped.add(name)
+        return child
+
+    def restart(self, name: str) -> Child:
+        """Start a child stopped by :meth:`stop_one` again, in its place in the stop order."""
+        old = self._named(name)
+        if old.alive():
+            raise RuntimeError(f"{name} is still running")
+        i = self.children.index(old)
+        new = self.start(name, old.argv)
+        self.children.pop()  # start() appended it: put it back where it was
+        self.children[i] = new
+        self.stopped.discard(name)
+        return new
+
+    def _named(self, name: str) -> Child:
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise KeyError(f"no process named {name!r}")
+
     def dead(self) -> list[Child]:
-        return [c for c in self.children if not c.alive()]
+        return [c for c in self.children if not c.alive() and c.name not in self.stopped]
 
     def stop(self, timeout: float = 3.0) -> None:
         # State is throwaway: a short grace, then SIGKILL (kube-apiserver can
@@ -92,6 +126,7 @@ class Group:
             report.append(f"{child.name} {how} ({child.popen.returncode}) after "
                           f"{time.monotonic() - started:.2f}s")
         self.children.clear()
+        self.stopped.clear()
         with contextlib.suppress(OSError), (self.log_dir / "stop.txt").open("a") as f:
             f.write("\n".join(report) + "\n")
 

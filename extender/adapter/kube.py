@@ -132,9 +132,12 @@ class Client:
         if uid:
             body["metadata"]["uid"] = uid
         with _errors():
-            # The generated client fails to decode a Binding answer; skip decoding.
-            self.core.create_namespaced_binding(namespace, body, _preload_content=False,
-                                                _request_timeout=self.timeout)
+            # pods/binding, as kube-scheduler binds (the chart grants only that
+            # subresource, not the top-level `bindings`). The generated client fails
+            # to decode a Binding answer; skip decoding.
+            self.core.create_namespaced_pod_binding(name, namespace, body,
+                                                    _preload_content=False,
+                                                    _request_timeout=self.timeout)
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         with _errors():

@@ -291,7 +291,39 @@ class _Extender:
         self._log.close()
 
 
-def _ensure_namespace(core: k8s.CoreV1Api, ns: str) -> None:
+class ReplayControl:
+    """Handed to `replay(on_step=...)`: lets a fault test kill and restart the extender.
+
+    A restarted extender gets the same settings (port, epoch, namespace), so it
+    counts the same steps and rebuilds its state from the cluster alone.
+    """
+
+    def __init__(self, start: Callable[[int], _Extender]) -> None:
+        self._start = start
+        self.starts = 1
+        self.extender = start(0)
+        self.killed = False
+
+    def kill_extender(self) -> None:
+        """SIGKILL `gpuroster serve` (its whole process group), no goodbye."""
+        proc = self.extender.proc
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        self.killed = True
+
+    def start_extender(self, timeout: float = 30.0) -> float:
+        """Start a new `gpuroster serve` (log `...-<n>.log`); seconds until /healthz."""
+        self.extender.stop()
+        started = time.time()
+        self.extender = self._start(self.starts)
+        self.starts += 1
+        self.extender.wait_ready(timeout)
+        self.killed = False
+        return time.time() - started
+
+
+def _ensure_namespace(core: Any, ns: str) -> None:
     try:
         core.create_namespace({"metadata": {"name": ns, "labels": {BENCH_LABEL: "true"}}})
     except ApiException as e:
@@ -351,10 +383,16 @@ def replay(
     progress: Callable[[int, int], None] | None = None,
     observe: Callable[[StepView], None] | None = None,
     on_extender: Callable[[int], None] | None = None,
+    on_step: Callable[[int, ReplayControl], None] | None = None,
 ) -> Replay:
-    """Run the scenario through the cluster under `policy` and rebuild its grid."""
+    """Run the scenario through the cluster under `policy` and rebuild its grid.
+
+    `on_step(t, control)`, if given, runs late in each step (after the sample):
+    fault tests kill and restart the extender through `control`.
+    """
     api = _api(kubeconfig)
-    core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+    core: Any = k8s.CoreV1Api(api)  # typed as Any: plain dict bodies, as the API takes them
+    apps: Any = k8s.AppsV1Api(api)
     G, T, S = s.cluster.gpus_per_node, s.duration_steps, step_seconds
     work_dir = work_dir or Path(os.environ.get("TMPDIR", "/tmp"))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -368,17 +406,21 @@ def replay(
         apps.create_namespaced_deployment(namespace, dep)
 
     t0 = time.time() + 4.0  # room for the extender to start and sync before step 0
-    ext = _Extender(
-        kubeconfig,
-        extender_port,
-        policy,
-        S,
-        t0,
-        namespace,
-        s.horizon_steps,
-        G,
-        work_dir / f"extender-{s.name}-{policy}.log",
+    log_name = f"extender-{s.name}-{policy}"
+    control = ReplayControl(
+        lambda n: _Extender(
+            kubeconfig,
+            extender_port,
+            policy,
+            S,
+            t0,
+            namespace,
+            s.horizon_steps,
+            G,
+            work_dir / (f"{log_name}.log" if n == 0 else f"{log_name}-{n}.log"),
+        )
     )
+    ext = control.extender
     samples: list[Sample] = []
     notes: list[str] = []
     try:
@@ -405,14 +447,18 @@ def replay(
             _sleep_until(t0 + t * S + 0.85 * S)
             samples.append(_sample(core, namespace, t, s))
             _schedule_ends(core, namespace, s, t0, S, first_bound(samples), notes)
-            if ext.proc.poll() is not None:
+            ext = control.extender
+            if ext.proc.poll() is not None and not control.killed:
                 raise RuntimeError(f"gpuroster serve died at step {t}; log: {ext.log_path}")
             if progress:
                 progress(t + 1, T)
             if observe:
                 observe(_view(samples[-1], s, submitted, t))
+            if on_step:
+                on_step(t, control)
         pods = core.list_namespaced_pod(namespace, label_selector=f"{BENCH_LABEL}=job").items
     finally:
+        ext = control.extender
         ext.stop()
     extender_log = ext.log_path.read_text(errors="replace")[-4000:]
     names = [j.name for j in s.jobs] + [v.name for v in s.services]
