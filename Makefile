@@ -36,8 +36,10 @@ $(VENV)/.installed: pyproject.toml
 cluster-bin:
 	bash e2e/build-control-plane.sh >/dev/null
 
+# e.g. make cluster-up CLUSTER_ARGS="--nodes 8 --gpus-per-node 8 --extender-port 8888"
+CLUSTER_ARGS ?=
 cluster-up: venv cluster-bin
-	$(PY) -m e2e.cluster up
+	$(PY) -m e2e.cluster up $(CLUSTER_ARGS)
 
 cluster-down:
 	$(PY) -m e2e.cluster down
