@@ -583,8 +583,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"cluster already up: kubeconfig {state['kubeconfig']}, "
                   f"extender port {state['extender_port']}")
             return 0
-    base = Path(tempfile.mkdtemp(prefix="gpuroster-cluster-"))
-    (base / "logs").mkdir()
+    if args.dir:
+        base = Path(args.dir)
+        base.mkdir(parents=True, exist_ok=True)
+    else:
+        base = Path(tempfile.mkdtemp(prefix="gpuroster-cluster-"))
+    (base / "logs").mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "e2e.cluster", "serve", "--dir", str(base),
             "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node)]
     if args.extender_port:
@@ -729,8 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-node-cache", action="store_true",
                        help="extender gets full Node objects (nodeCacheCapable: false)")
         p.add_argument("--timeout", type=float, default=180.0)
-        if name == "serve":
-            p.add_argument("--dir", required=True)
+        p.add_argument("--dir", required=name == "serve",
+                       help="state directory (default: a new /tmp/gpuroster-cluster-*)")
     down = sub.add_parser("down")
     down.add_argument("--keep", action="store_true", help="keep the logs")
     sub.add_parser("kubeconfig")
