@@ -333,3 +333,45 @@ def test_restart_mid_run_loses_moves_or_readmits_nothing(
         admitted = [e for e in events_for(core, namespace, name) if e.reason == "Admitted"]
         assert len(admitted) == 1, [e.message for e in admitted]
     assert len({p.spec.node_name for p in pods}) == 1
+
+
+def test_two_replicas_only_the_leader_commits_and_a_follower_takes_over(
+        cluster: Cluster, core: Any, namespace: str, tmp_path: Path) -> None:
+    from e2e.cluster import free_port
+
+    lease = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": namespace,
+             "GPUROSTER_LEASE_NAME": "gpuroster-e2e"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    a = Extender(cluster, namespace, tmp_path / "a", POD_NAME="replica-a", **lease)
+    a.start()
+    b = Extender(cluster, namespace, tmp_path / "b", POD_NAME="replica-b",
+                 GPUROSTER_PORT=str(free_port()), **lease)
+    b.url = f"http://127.0.0.1:{b.env['GPUROSTER_PORT']}"
+    c: Extender | None = None
+    try:
+        b.start()
+        first = gang_pods(core, namespace, "one", 2, 2, runtime="60s", duration="60s")
+        wait_for(lambda: all_bound(core, namespace, first), 40, "the first gang")
+        assert "admitted gang" in a.log() and "admitted gang" not in b.log()
+        a.stop(hard=True)  # the leader dies; its Lease runs out (15 s), b takes over
+        t0 = time.time()
+        second = gang_pods(core, namespace, "two", 1, 4, runtime="60s", duration="60s")
+        wait_for(lambda: all(BLOCK in (p.metadata.annotations or {})
+                             for p in pods_of(core, namespace, second)), 40,
+                 "the follower to take over and admit")
+        took = time.time() - t0
+        assert "became leader" in b.log() and f"{namespace}/two" in b.log()
+        # kube-scheduler only calls the extender port: a new follower there binds it
+        c = Extender(cluster, namespace, tmp_path / "c", POD_NAME="replica-c", **lease)
+        c.start()
+        wait_for(lambda: all_bound(core, namespace, second), 30, "the second gang")
+        assert "admitted gang" not in c.log()
+        events = [e for e in events_for(core, namespace, second[0]) if e.reason == "Admitted"]
+        assert len(events) == 1
+        print(f"[e2e] follower admitted {took:.1f}s after the leader was killed")
+    finally:
+        for ext in (a, b, c):
+            if ext is not None:
+                ext.stop()
