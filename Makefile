@@ -5,6 +5,11 @@
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
 #   make -s cluster-extender-port   port where its kube-scheduler calls the extender
+#   make demo            fifo vs gpuroster on the local control plane, live (~6 min)
+#   make bench           the seven scenarios in the simulator + plan-time scaling table
+#   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
+#   make bench-cluster   the seven scenarios replayed on the local control plane
+#   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -70,16 +75,35 @@ test: venv cluster-bin
 	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 
-# --- placeholders the lead fills in -------------------------------------------
-lint: venv
+# --- quality gates -------------------------------------------------------------
+HELM = $$(bash e2e/build-control-plane.sh --print-bin)/helm
+
+lint: venv cluster-bin
 	$(PY) -m ruff check extender tests e2e
 	$(PY) -m mypy extender
+	$(VENV)/bin/lint-imports
+	$(HELM) lint --strict helm/gpuroster
+	$(VENV)/bin/hadolint Containerfile
 
-demo:
-	@echo "make demo: not written yet" >&2; exit 1
+# Known vulnerabilities in the installed dependencies (needs PyPI's advisory API).
+audit: venv
+	$(PY) -m pip install -q pip-audit
+	$(VENV)/bin/pip-audit --skip-editable
 
-bench:
-	@echo "make bench: not written yet" >&2; exit 1
+# --- the main jobs ---------------------------------------------------------------
 
-bench-cluster:
-	@echo "make bench-cluster: not written yet" >&2; exit 1
+# The point in a few minutes: fifo vs gpuroster on the local control plane.
+demo: venv cluster-bin
+	$(VENV)/bin/gpuroster demo
+
+# The seven scenarios in the simulator, every policy, result files and pictures.
+bench: venv
+	$(VENV)/bin/gpuroster bench --out out/bench --latency
+
+# Full mode (CP-SAT) and the value upper bound (HiGHS) beside the fast plan.
+bench-full: venv
+	$(VENV)/bin/gpuroster bench --policies fifo,gpuroster --full --out out/bench-full
+
+# The seven scenarios replayed on the local control plane, fifo and gpuroster.
+bench-cluster: venv cluster-bin
+	$(VENV)/bin/gpuroster bench --cluster local --out out/bench-cluster
