@@ -125,9 +125,16 @@ def format_table(rows: list[Row], cluster_gap: dict[tuple[str, str], Row] | None
         lines.append(
             f"{r.scenario.name:19s} {r.policy:15s} {m.utilization:6.1f} {dp} {m.value:9.0f} {dv} "
             f"{100 * m.realtime_service_level:5.1f}% {m.jobs_completed:>3d}/{m.jobs_total:<2d} "
-            f"{m.top_priority_p95_wait():7.1f} {r.plan_ms['p50']:9.3f} {r.plan_ms['p99']:7.3f}"
+            f"{m.top_priority_p95_wait():7.1f} {_ms(r.plan_ms, 'p50', 9)} {_ms(r.plan_ms, 'p99', 7)}"
         )
     return "\n".join(lines)
+
+
+def _ms(plan_ms: dict[str, float], key: str, width: int) -> str:
+    """A plan-time cell; blank where no plan was timed here (cluster replays)."""
+    if not plan_ms.get("max"):
+        return " " * (width - 1) + "-"
+    return f"{plan_ms[key]:{width}.3f}"
 
 
 def summary(rows: list[Row]) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from extender.adapter import annotations as ann
 from extender.planner import model
@@ -70,6 +70,8 @@ class StepView:
     demand: dict[str, int]  # service -> true demand this step
     replicas: dict[str, int]  # service -> bound pods this step
     gpus: int
+    useful: int  # job GPUs + per service min(replicas, demand)
+    value: float  # MODEL.md's value of this step
 
 
 @dataclass
@@ -88,8 +90,8 @@ class Replay:
     extender_log: str = ""
 
 
-def _api(kubeconfig: str) -> k8s.ApiClient:
-    return k8s_config.new_client_from_config(config_file=kubeconfig)
+def _api(kubeconfig: str) -> Any:
+    return k8s_config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
 
 
 def _ts(value: Any) -> float:
@@ -331,7 +333,7 @@ def _ensure_namespace(core: Any, ns: str) -> None:
             raise
 
 
-def _wipe(core: k8s.CoreV1Api, apps: k8s.AppsV1Api, ns: str, timeout: float = 60.0) -> None:
+def _wipe(core: Any, apps: Any, ns: str, timeout: float = 60.0) -> None:
     """An empty namespace and no bench nodes: every replay starts from the same state."""
     _ensure_namespace(core, ns)
     for d in apps.list_namespaced_deployment(ns).items:
@@ -357,7 +359,7 @@ def _wipe(core: k8s.CoreV1Api, apps: k8s.AppsV1Api, ns: str, timeout: float = 60
     raise RuntimeError(f"namespace {ns} did not empty within {timeout}s")
 
 
-def _wait_nodes_ready(core: k8s.CoreV1Api, count: int, timeout: float = 60.0) -> None:
+def _wait_nodes_ready(core: Any, count: int, timeout: float = 60.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         ready = 0
@@ -469,7 +471,7 @@ def replay(
 
 
 def _schedule_ends(
-    core: k8s.CoreV1Api,
+    core: Any,
     ns: str,
     s: model.Scenario,
     t0: float,
@@ -509,7 +511,7 @@ def _sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
-def _sample(core: k8s.CoreV1Api, ns: str, t: int, s: model.Scenario) -> Sample:
+def _sample(core: Any, ns: str, t: int, s: model.Scenario) -> Sample:
     out: dict[str, list[tuple[str, str]]] = {v.name: [] for v in s.services}
     gangs: dict[str, list[bool]] = {}
     finished: dict[str, list[bool]] = {}
@@ -532,14 +534,19 @@ def _sample(core: k8s.CoreV1Api, ns: str, t: int, s: model.Scenario) -> Sample:
 def _view(sample: Sample, s: model.Scenario, submitted: set[str], t: int) -> StepView:
     jobs = {j.name: j for j in s.jobs}
     running = {n for n in sample.bound_jobs - sample.done_jobs if n in jobs}
+    replicas = {v.name: len(sample.service_pods.get(v.name, [])) for v in s.services}
     return StepView(
         step=t,
         steps=s.duration_steps,
         job_gpus=sum(jobs[n].gpus for n in running),
         queued_jobs=len(submitted - sample.bound_jobs),
         demand={v.name: v.demand[t] for v in s.services},
-        replicas={v.name: len(sample.service_pods.get(v.name, [])) for v in s.services},
+        replicas=replicas,
         gpus=s.cluster.gpus,
+        useful=sum(jobs[n].gpus for n in running)
+        + sum(min(replicas[v.name], v.demand[t]) for v in s.services),
+        value=sum(jobs[n].gpus * jobs[n].priority for n in running)
+        + sum(min(replicas[v.name], v.demand[t]) * v.priority for v in s.services),
     )
 
 
@@ -663,7 +670,7 @@ def local_cluster(nodes: int = 0) -> Iterator[tuple[str, int]]:
             "(e2e/cluster.py); use --kubeconfig for any other cluster"
         )
     sys.path.insert(0, str(root))
-    from e2e import cluster as harness  # type: ignore[import-not-found]
+    from e2e import cluster as harness
 
     c = harness.Cluster(nodes=nodes)
     c.up()
