@@ -309,10 +309,10 @@ class ReplayControl:
     def kill_extender(self) -> None:
         """SIGKILL `gpuroster serve` (its whole process group), no goodbye."""
         proc = self.extender.proc
+        self.killed = True  # first: the replay loop must not take this death for a crash
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-        self.killed = True
 
     def start_extender(self, timeout: float = 30.0) -> float:
         """Start a new `gpuroster serve` (log `...-<n>.log`); seconds until /healthz."""
