@@ -56,6 +56,7 @@ def _bool(text: str) -> bool:
 class Settings:
     policy: str = "gpuroster"
     step_seconds: float = 3600.0
+    step_minutes: float = 0.0  # planning minutes per step; 0: step_seconds / 60 (no compression)
     horizon_steps: int = 24
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     prometheus_url: str = ""
@@ -81,12 +82,17 @@ class Settings:
     def __post_init__(self) -> None:
         validate(self)
 
+    def model_step_seconds(self) -> float:
+        """Planning time a step stands for: durations and days are counted in it.
+        Equal to the wall step unless time is compressed (tests, replays, demo)."""
+        return self.step_minutes * 60.0 if self.step_minutes else self.step_seconds
+
     def steps_per_day(self) -> int:
-        return max(1, round(86400.0 / self.step_seconds))
+        return max(1, round(86400.0 / self.model_step_seconds()))
 
     def duration_steps(self, seconds: float) -> int:
-        """Whole steps covering `seconds` (at least one)."""
-        return max(1, math.ceil(seconds / self.step_seconds - 1e-9))
+        """Whole steps covering `seconds` of planning time (at least one)."""
+        return max(1, math.ceil(seconds / self.model_step_seconds() - 1e-9))
 
 
 def validate(s: Settings) -> None:
@@ -97,6 +103,8 @@ def validate(s: Settings) -> None:
         raise bad("policy", f"unknown policy {s.policy!r}; known: {', '.join(POLICIES)}")
     if not (s.step_seconds > 0 and math.isfinite(s.step_seconds)):
         raise bad("step_seconds", f"must be a positive number, got {s.step_seconds!r}")
+    if not (s.step_minutes >= 0 and math.isfinite(s.step_minutes)):
+        raise bad("step_minutes", f"must be >= 0, got {s.step_minutes!r}")
     if s.horizon_steps < 1:
         raise bad("horizon_steps", f"must be >= 1, got {s.horizon_steps}")
     if s.realtime_penalty < 0:
@@ -133,6 +141,8 @@ _Parser = Any
 _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("policy", str, "planning policy: " + " | ".join(POLICIES)),
     ("step_seconds", float, "step length in seconds (production 900-3600; seconds in tests)"),
+    ("step_minutes", float, "planning minutes one step stands for (0: step_seconds/60); "
+     "set it to compress time: durations and days count in it"),
     ("horizon_steps", int, "steps the planner looks ahead"),
     ("namespaces", lambda t: tuple(x.strip() for x in t.split(",") if x.strip()),
      "comma list of namespaces to manage (empty: all)"),

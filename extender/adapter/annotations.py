@@ -225,12 +225,14 @@ class Demand:
     curve: tuple[float, ...] = ()
     history: tuple[float, ...] = ()
     steps_per_day: int | None = None
+    observed: tuple[float, ...] = ()  # true demand of past steps, from the epoch (with `curve`)
 
 
 def demand(configmap: Mapping[str, Any]) -> Demand:
     data = configmap.get("data") or {}
     curve = numbers(data["curve"], "curve") if data.get("curve") else []
     history = numbers(data["history"], "history") if data.get("history") else []
+    observed = numbers(data["observed"], "observed") if data.get("observed") else []
     if not curve and not history:
         raise AnnotationError(f"ConfigMap {key(configmap)} has neither 'curve' nor 'history'")
     spd = None
@@ -239,7 +241,7 @@ def demand(configmap: Mapping[str, Any]) -> Demand:
             spd = int(data["steps-per-day"])
         except ValueError:
             raise AnnotationError("steps-per-day: not a whole number") from None
-    return Demand(tuple(curve), tuple(history), spd)
+    return Demand(tuple(curve), tuple(history), spd, tuple(observed))
 
 
 def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -> model.Block:

@@ -134,7 +134,7 @@ def node_body(index: int, gpus: int) -> dict[str, Any]:
     }
 
 
-def job_pods(job: model.Job, g: int, S: float, namespace: str) -> list[dict[str, Any]]:
+def job_pods(job: model.Job, g: int, step_minutes: int, namespace: str) -> list[dict[str, Any]]:
     """A job as annotated pods: one pod up to G GPUs, whole-node pods above."""
     per_pod = min(job.gpus, g)
     count = max(1, job.gpus // g) if job.gpus > g else 1
@@ -153,7 +153,7 @@ def job_pods(job: model.Job, g: int, S: float, namespace: str) -> list[dict[str,
                         ann.PRIORITY: f"{job.priority:g}",
                         ann.GANG: job.name,
                         ann.GANG_SIZE: str(count),
-                        ann.EXPECTED_DURATION: f"{job.estimate_steps * S:g}s",
+                        ann.EXPECTED_DURATION: f"{job.estimate_steps * step_minutes}m",
                     },
                 },
                 "spec": {
@@ -239,6 +239,7 @@ class _Extender:
         horizon: int,
         gpus_per_node: int,
         log_path: Path,
+        step_minutes: int = 60,
     ) -> None:
         env = dict(os.environ)
         env.update(
@@ -248,6 +249,8 @@ class _Extender:
                 "GPUROSTER_BIND_ADDRESS": "127.0.0.1",
                 "GPUROSTER_POLICY": policy,
                 "GPUROSTER_STEP_SECONDS": f"{S:g}",
+                # a step stands for the scenario's step: hours and days keep their meaning
+                "GPUROSTER_STEP_MINUTES": str(step_minutes),
                 "GPUROSTER_EPOCH": f"{t0:.3f}",
                 "GPUROSTER_NAMESPACES": namespace,
                 "GPUROSTER_HORIZON_STEPS": str(horizon),
@@ -420,6 +423,7 @@ def replay(
             s.horizon_steps,
             G,
             work_dir / (f"{log_name}.log" if n == 0 else f"{log_name}-{n}.log"),
+            s.step_minutes,
         )
     )
     ext = control.extender
@@ -437,7 +441,7 @@ def replay(
             _sleep_until(t0 + t * S + 0.02 * S)
             for j in by_arrival.get(t, []):
                 submitted.add(j.name)
-                for pod in job_pods(j, G, S, namespace):
+                for pod in job_pods(j, G, s.step_minutes, namespace):
                     core.create_namespaced_pod(namespace, pod)
             # the true demand of past steps, as monitoring would have recorded it
             for v in s.services:

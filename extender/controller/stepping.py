@@ -94,6 +94,8 @@ class Controller:
         self._explained: dict[str, str] = {}  # pod key -> last reason written
         self._first_planned: dict[str, float] = {}
         self._forecasts: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._reservations: dict[str, int] = {}  # service -> peak of its explicit curve
+        self._past_forecasts: dict[str, tuple[float, ...]] = {}  # what the curve said before
         self._woken: dict[str, int] = {}
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -239,8 +241,10 @@ class Controller:
             services.append(model.ServiceState(
                 name=name, priority=sv.spec.priority, max_swap=sv.spec.max_swap,
                 forecast=fc, past_demand=tuple(int(round(x)) for x in past),
-                current_gpus=current, reservation=max(fc) if fc else 0,
-                past_forecast=tuple(int(round(x)) for x in past)))
+                current_gpus=current,
+                reservation=self._reservations.get(name, max(fc) if fc else 0),
+                past_forecast=tuple(int(round(x)) for x in
+                                    self._past_forecasts.get(name, past))))
         unavailable = set(snap.unavailable)
         for node, n in snap.foreign.items():
             if node not in snap.node_index:
@@ -297,11 +301,17 @@ class Controller:
                     f"{ann.DEMAND_CONFIGMAP}: ConfigMap {ns}/{sv.spec.demand_configmap} not found")
             d = ann.demand(cm)
             if d.curve:
+                # An explicit curve is the forecast: two horizons of it, so the plan
+                # sees the peak just past its horizon; fifo reserves its peak.
                 L = len(d.curve)
-                fc = tuple(whole(d.curve[(step + k) % L]) for k in range(H))
+                fc = tuple(whole(d.curve[(step + k) % L]) for k in range(2 * H))
+                self._reservations[sv.spec.name] = whole(max(d.curve))
                 lo = max(0, step - HISTORY_KEEP)
-                past = tuple(float(d.curve[k % L]) for k in range(lo, max(lo, step)))
-                return fc, past
+                told = tuple(float(d.curve[k % L]) for k in range(lo, max(lo, step)))
+                self._past_forecasts[sv.spec.name] = told
+                if d.observed:  # what monitoring saw; else assume the curve came true
+                    return fc, tuple(float(x) for x in d.observed[lo:step])
+                return fc, told
             history: Sequence[float] = d.history
             spd = d.steps_per_day or s.steps_per_day()
         else:
