@@ -97,6 +97,8 @@ class FakeKube:
         self.calls.append(("bind", k, node))
         if k in self.fail_bind:
             raise kube.ApiError(409, "conflict")
+        if k not in self.objects["pods"]:
+            raise kube.ApiError(404, f"pods {name!r} not found")
         pod = copy.deepcopy(self.objects["pods"][k])
         if pod["spec"].get("nodeName"):
             raise kube.ApiError(409, f"pod {k} is already assigned to node")
@@ -122,6 +124,8 @@ class FakeKube:
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
         k = f"{namespace}/{name}"
         self.calls.append(("status", k))
+        if k not in self.objects["pods"]:
+            raise kube.ApiError(404, f"pods {name!r} not found")
         pod = copy.deepcopy(self.objects["pods"][k])
         conds = pod.setdefault("status", {}).setdefault("conditions", [])
         for c in patch["status"]["conditions"]:

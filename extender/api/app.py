@@ -197,6 +197,8 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
         t0 = time.perf_counter()
         try:
             args = _parse(wire.ExtenderBindingArgs, await _body(request, max_body_bytes))
+            if not (args.PodName and args.PodNamespace and args.Node):
+                raise BadRequest(400, "PodName, PodNamespace and Node must not be empty")
         except BadRequest as e:
             timed("bind", t0, "bad_request")
             return _error(e.status, e.message)
