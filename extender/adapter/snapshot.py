@@ -200,6 +200,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     gang_pods: dict[str, list[Obj]] = {}
     works: dict[str, ann.PodWork | ann.AnnotationError] = {}
     foreign: dict[str, int] = {}
+    broken: dict[str, Gang] = {}
     for k, p in all_pods.items():
         pspec = p.get("spec") or {}
         try:
@@ -218,6 +219,13 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
                 sv.gpus_by_node[node] = sv.gpus_by_node.get(node, 0) + gpus
             elif live:
                 services[dep].pending.append(p)
+            continue
+        if dep is not None and dep in service_errors:
+            if live and not node:  # a broken real-time service: say why, never plan as batch
+                broken[k] = Gang(name=k, pods=[p],
+                                 error=f"Deployment {dep}: {service_errors[dep]}")
+            elif live and node:
+                foreign[node] = foreign.get(node, 0) + gpus
             continue
         a = ann.annotations_of(p)
         admitted = ann.BLOCK in a
@@ -241,6 +249,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         gang = _gang(name, members, works, cluster, names, index, settings)
         if gang is not None:
             gangs[name] = gang
+    gangs.update(broken)
     return Snapshot(cluster=cluster, nodes=names, node_index=index, gangs=gangs,
                     services=services, service_errors=service_errors, pod_service=pod_service,
                     unavailable=frozenset(unavailable), foreign=foreign,

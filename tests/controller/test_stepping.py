@@ -370,3 +370,15 @@ def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> Non
             time.sleep(0.01)
     finally:
         rig.ctl.stop()
+
+
+def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("deployments", deployment("svc", replicas=1, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "lots"}))
+    rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
+    r = rig.step()
+    assert r.admitted == []
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0"])
+    assert "Deployment ns/svc" in failed["gpu-node-0"] and "max-swap" in failed["gpu-node-0"]
+    assert any("max-swap" in e["message"] and e["type"] == "Warning" for e in rig.fake.events)
