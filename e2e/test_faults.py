@@ -1,0 +1,565 @@
+"""Faults against the real control plane: what breaks, what gpuroster keeps.
+
+These tests stop and kill control-plane components, so they run on a control
+plane of their own (module-scoped `faulty`), not the shared session cluster.
+Each prints what it tried and what it saw.
+
+1. `gpuroster serve` SIGKILLed and restarted at random moments of a scenario
+   replay, several times: the grid read back is legal, every gang ran once on
+   one block (annotations are the durable record), and the plan resumes
+   within 10 s of each restart.
+2. kube-apiserver stopped for 30 s mid-run: the extender answers filter from
+   its cache (the admitted pod passes on its node, a waiting pod nowhere),
+   its watches resume, and the run completes with the decisions it had.
+3. Two replicas with leader election on one Lease: only the leader commits;
+   killing it hands over; no gang is admitted twice.
+4. kube-scheduler restarted while gangs bind: no pod bound twice.
+5. A node NotReady, then deleted, under a running gang: the plan stops
+   counting its GPUs, the gang is reported, nothing else moves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Cluster, binaries_dir, free_port
+from e2e.harness import objects
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCK = "gpuroster.io/block"
+ADMITTED_AT = "gpuroster.io/admitted-at"
+STEP = 2.0
+
+
+@pytest.fixture(scope="module")
+def faulty(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A control plane of this module's own: these tests stop its components."""
+    if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
+        pytest.skip("GPUROSTER_SKIP_E2E=1")
+    c = Cluster(nodes=0, bin_dir=binaries_dir(build=True))
+    c.up()
+    print(f"[faults] own control plane Ready in {c.startup_seconds:.1f}s")
+    failed_before = request.session.testsfailed
+    try:
+        yield c
+    finally:
+        failed = request.session.testsfailed > failed_before
+        c.down(remove=not failed)
+        if failed:
+            print(f"[faults] logs kept in {c.log_dir}")
+
+
+@pytest.fixture
+def ns(faulty: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = re.sub(r"[^a-z0-9-]", "", request.node.name.lower().replace("_", "-"))[:40]
+    name = f"{name.strip('-')}-{random.randrange(16**5):05x}"
+    core = faulty.core()
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    if faulty.running():
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def gpu_nodes(faulty: Cluster) -> Iterator[list[str]]:
+    """Two fake 8-GPU nodes for the test; removed after it."""
+    names = faulty.add_nodes(2)
+    yield names
+    for n in faulty.node_names():
+        faulty.remove_node(n)
+
+
+# --- a gpuroster serve process ----------------------------------------------------------
+
+
+class Serve:
+    """`gpuroster serve` on `port` (the scheduler's extender port unless told otherwise)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, log: Path, port: int | None = None,
+                 **env: str) -> None:
+        self.cluster = cluster
+        self.port = port or cluster.extender_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self.env = {
+            "GPUROSTER_KUBECONFIG": str(cluster.kubeconfig), "GPUROSTER_PORT": str(self.port),
+            "GPUROSTER_BIND_ADDRESS": "127.0.0.1", "GPUROSTER_STEP_SECONDS": str(STEP),
+            "GPUROSTER_NAMESPACES": namespace, "GPUROSTER_LOG_LEVEL": "INFO", **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def identity(self) -> str:
+        assert self.proc is not None
+        return f"{socket.gethostname()}-{self.proc.pid}"
+
+    def start(self, wait: str = "/readyz", timeout: float = 30.0) -> float:
+        """Start; seconds until `wait` answers 200."""
+        t0 = time.monotonic()
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "extender.cli", "serve"],
+                                         cwd=REPO, env={**os.environ, **self.env}, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gpuroster serve exited:\n{self.log()}")
+            if self.status(wait) == 200:
+                return time.monotonic() - t0
+            time.sleep(0.1)
+        raise RuntimeError(f"gpuroster serve: {wait} not 200 after {timeout}s:\n{self.log()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def status(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=2) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except OSError:
+            return 0
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=5) as r:
+            return str(r.read().decode())
+
+    def post(self, verb: str, body: dict[str, Any]) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + "/" + verb, data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return int(r.status), json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return int(e.code), json.loads(e.read() or b"{}")
+
+    def metric(self, name: str, **labels: str) -> float:
+        total = 0.0
+        for line in self.get("/metrics").splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            if head.split("{")[0] != name:
+                continue
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def serves() -> Iterator[list[Serve]]:
+    """Every Serve a test starts, stopped after it (log printed on failure by pytest -rA)."""
+    started: list[Serve] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def gang(core: Any, ns: str, name: str, pods: int, gpus: int, *, runtime: str,
+         duration: str, priority: str = "normal") -> list[str]:
+    names = []
+    for i in range(pods):
+        notes = {"gpuroster.io/gang": name, "gpuroster.io/gang-size": str(pods),
+                 "gpuroster.io/expected-duration": duration, "gpuroster.io/workload": "training",
+                 "gpuroster.io/priority": priority}
+        core.create_namespaced_pod(ns, objects.pod(f"{name}-{i}", gpus=gpus, runtime=runtime,
+                                                   annotations=notes))
+        names.append(f"{name}-{i}")
+    return names
+
+
+def wait_for(check: Any, timeout: float, what: str, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def bound(core: Any, ns: str, names: list[str]) -> list[Any] | None:
+    pods = [core.read_namespaced_pod(n, ns) for n in names]
+    return pods if all(p.spec.node_name for p in pods) else None
+
+
+def record(core: Any, ns: str) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """pod -> (block, admitted-at, node): the durable record of admission and binding."""
+    out = {}
+    for p in core.list_namespaced_pod(ns).items:
+        a = p.metadata.annotations or {}
+        out[p.metadata.name] = (a.get(BLOCK), a.get(ADMITTED_AT), p.spec.node_name)
+    return out
+
+
+def admitted_events(core: Any, ns: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in core.list_namespaced_event(ns).items:
+        if e.reason == "Admitted":
+            out[e.involved_object.name] = out.get(e.involved_object.name, 0) + 1
+    return out
+
+
+def check_record(core: Any, ns: str, history: list[dict[str, tuple[str | None, ...]]]) -> None:
+    """Every pod admitted at most once, never moved; every gang on one block, at one time."""
+    final = history[-1]
+    for pod in final:
+        seen = [h[pod] for h in history if pod in h]
+        admitted = {s[:2] for s in seen if s[0]}
+        assert len(admitted) <= 1, f"{pod} admitted more than once: {sorted(admitted)}"
+        nodes = {s[2] for s in seen if s[2]}
+        assert len(nodes) <= 1, f"{pod} moved between nodes: {nodes}"
+        if any(s[2] for s in seen):
+            assert any(s[0] for s in seen), f"{pod} bound without an admission (outside the plan)"
+    gangs: dict[str, set[tuple[str | None, ...]]] = {}
+    for pod, (blk, at, _) in final.items():
+        if blk:
+            gangs.setdefault(pod.rsplit("-", 1)[0], set()).add((blk, at))
+    for g, adm in gangs.items():
+        assert len(adm) == 1, f"gang {g} split over admissions {adm}"
+    events = admitted_events(core, ns)
+    twice = {p: n for p, n in events.items() if n > 1}
+    assert not twice, f"Admitted events more than once: {twice}"
+
+
+# --- 1. extender SIGKILLed and restarted during a replay -------------------------------
+
+
+def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
+        faulty: Cluster, tmp_path: Path) -> None:
+    from extender.adapter import replaying
+    from extender.planner import legality
+    from tests.builders import scenario
+
+    rng = random.Random(int(os.environ.get("GPUROSTER_FAULT_SEED", "7")))
+    S = 3.0
+    b = scenario("kill-restart").nodes(4, 8).window(18, horizon=12)
+    for i, (gpus, d, arrival, prio) in enumerate([
+            (8, 3, 0, 2), (16, 3, 0, 4), (4, 2, 1, 1), (4, 4, 1, 2), (2, 2, 2, 8), (8, 3, 3, 1),
+            (16, 2, 4, 2), (2, 3, 5, 4), (4, 2, 6, 1), (8, 2, 7, 8), (32, 2, 8, 2),
+            (4, 3, 9, 4)]):
+        b.job(f"j{i}", gpus=gpus, d=d, arrival=arrival, priority=prio)
+    s = b.build()
+    # one kill in each third of steps 1..12, so one restart is over before the next kill
+    kill_steps = [rng.randrange(k, k + 2) for k in (1, 4, 7, 10)]
+    namespace = f"faults-replay-{rng.randrange(16**4):04x}"
+    core = faulty.core()
+    history: list[dict[str, tuple[str | None, ...]]] = []
+    restarts: list[dict[str, float]] = []
+    threads: list[threading.Thread] = []
+
+    errors: list[str] = []
+
+    def fault(control: replaying.ReplayControl, t: int) -> None:
+        try:
+            kill_and_restart(control, t)
+        except Exception as e:  # noqa: BLE001 - reported by the test, not lost in a thread
+            errors.append(f"step {t + 1}: {type(e).__name__}: {e}")
+
+    def kill_and_restart(control: replaying.ReplayControl, t: int) -> None:
+        time.sleep(rng.uniform(0.0, S))  # a random moment of the next step
+        control.kill_extender()
+        killed = time.monotonic()
+        time.sleep(rng.uniform(0.2, 1.5))
+        restarted = time.monotonic()
+        healthy = control.start_extender()
+        url = f"http://127.0.0.1:{faulty.extender_port}"
+        steps0 = None
+        while time.monotonic() - restarted < 30:
+            try:
+                with urllib.request.urlopen(url + "/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        ready = time.monotonic() - restarted
+        # the next committed step: the step gauge moving past the one it resumed on
+        with urllib.request.urlopen(url + "/plan", timeout=2) as r:
+            steps0 = json.loads(r.read()).get("step")
+        while time.monotonic() - restarted < 30:
+            with urllib.request.urlopen(url + "/plan", timeout=2) as r:
+                if json.loads(r.read()).get("step") != steps0:
+                    break
+            time.sleep(0.05)
+        restarts.append({"step": t + 1, "down": restarted - killed, "healthz": healthy,
+                         "readyz": ready, "next_commit": time.monotonic() - restarted})
+
+    def on_step(t: int, control: replaying.ReplayControl) -> None:
+        history.append(record(core, namespace))
+        if t in kill_steps:
+            th = threading.Thread(target=fault, args=(control, t))
+            th.start()
+            threads.append(th)
+        if t == s.duration_steps - 1:
+            check_record(core, namespace, history)
+            for th in threads:
+                th.join(30)
+
+    print(f"[faults] replay {s.name}: {len(s.jobs)} gangs on {s.cluster.nodes}x"
+          f"{s.cluster.gpus_per_node} GPUs, {s.duration_steps} steps of {S:g}s; SIGKILL in "
+          f"steps {[k + 1 for k in kill_steps]}")
+    rep = replaying.replay(s, "gpuroster", str(faulty.kubeconfig), faulty.extender_port,
+                           step_seconds=S, namespace=namespace, work_dir=tmp_path,
+                           on_step=on_step)
+    for r in restarts:
+        print(f"[faults]   kill in step {r['step']:.0f}: down {r['down']:.1f}s, restart -> "
+              f"/healthz {r['healthz']:.1f}s, /readyz (first step committed) {r['readyz']:.1f}s, "
+              f"next step committed {r['next_commit']:.1f}s")
+    illegal = legality.violations(s, rep.grid)
+    bad_notes = [n for n in rep.notes if any(w in n for w in (
+        "partial gang", "without a", "before its arrival", "no free GPU", "after the last"))]
+    print(f"[faults]   read back: {len(rep.starts)}/{len(s.jobs)} gangs ran, "
+          f"{len(illegal)} legality violations, notes: {rep.notes}")
+    assert not errors, errors
+    assert len(restarts) == len(kill_steps), "a restart did not finish"
+    assert not illegal, illegal
+    assert not bad_notes, bad_notes
+    assert sorted(rep.starts) == sorted(j.name for j in s.jobs), "a gang was lost"
+    assert all(r["readyz"] <= 10.0 for r in restarts), restarts
+    assert all(r["next_commit"] <= 10.0 for r in restarts), restarts
+
+
+# --- 2. kube-apiserver stopped for 30 s ------------------------------------------------
+
+
+def test_apiserver_down_for_30s_filter_answers_from_cache_and_watches_resume(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    core = faulty.core()
+    ext = Serve(faulty, ns, tmp_path / "serve.log")
+    serves.append(ext)
+    ext.start()
+    running = gang(core, ns, "running", 1, 8, runtime="75s", duration="80s")
+    pods = wait_for(lambda: bound(core, ns, running), 30, "the running gang")
+    on = pods[0].spec.node_name
+    waiting = gang(core, ns, "waiting", 2, 8, runtime="10s", duration="10s")
+    time.sleep(2 * STEP)
+    before = record(core, ns)
+    assert not any(before[p][2] for p in waiting)
+    restarts0 = {r: ext.metric("gpuroster_watch_restarts_total", reason=r)
+                 for r in ("error", "gone", "resync")}
+
+    def ask(pod: str) -> tuple[int, Any]:
+        return ext.post("filter", {"Pod": {"metadata": {"name": pod, "namespace": ns}},
+                                   "NodeNames": gpu_nodes, "Nodes": None})
+
+    faulty.stop_process("kube-apiserver")
+    down = time.monotonic()
+    answers: dict[str, list[Any]] = {"running": [], "waiting": []}
+    while time.monotonic() - down < 30:
+        for label, pod in (("running", running[0]), ("waiting", waiting[0])):
+            code, doc = ask(pod)
+            answers[label].append((code, tuple(doc.get("NodeNames") or ()) if code == 200
+                                   else doc.get("Error")))
+        time.sleep(1.0)
+    ready_during = ext.status("/readyz")
+    faulty.start_process("kube-apiserver")
+    back = time.monotonic()
+    print(f"[faults] kube-apiserver down {back - down:.1f}s; /readyz during the outage: "
+          f"{ready_during}")
+    print(f"[faults]   filter for the running pod during it: "
+          f"{sorted(set(answers['running']))} x{len(answers['running'])}")
+    print(f"[faults]   filter for the waiting pod during it: "
+          f"{sorted(set(answers['waiting']))} x{len(answers['waiting'])}")
+    assert all(a == (200, (on,)) for a in answers["running"]), answers["running"]
+    assert all(a == (200, ()) for a in answers["waiting"]), answers["waiting"]
+    # watches resume: a change made now reaches the extender's plan
+    probe = gang(core, ns, "probe", 1, 1, runtime="5s", duration="5s")
+    t = wait_for(lambda: f"{ns}/probe" in json.loads(ext.get("/plan")).get("jobs", {}), 60,
+                 "the extender to see a pod created after the outage")
+    print(f"[faults]   a pod created after the outage is in the plan "
+          f"{time.monotonic() - back:.1f}s after the API server came back ({t})")
+    wait_for(lambda: bound(core, ns, waiting), 120, "the waiting gang after the outage")
+    wait_for(lambda: bound(core, ns, probe), 60, "the probe pod")
+    restarts = {r: ext.metric("gpuroster_watch_restarts_total", reason=r) - restarts0[r]
+                for r in restarts0}
+    informers = 4  # nodes, pods, deployments, configmaps (one namespace)
+    print(f"[faults]   watch restarts over the outage by reason: {restarts} "
+          f"({informers} informers); relists = 'gone', resumes = 'error'")
+    after = record(core, ns)
+    assert after[running[0]] == before[running[0]], "the running gang was touched"
+    check_record(core, ns, [before, after])
+    assert restarts["gone"] <= informers, "a relist storm: more than one relist per informer"
+    assert "Traceback" not in ext.log() or "watch crashed" not in ext.log()
+
+
+# --- 3. two replicas, one Lease --------------------------------------------------------
+
+
+def lease_holder(faulty: Cluster, ns: str, name: str) -> str | None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        lease = client.CoordinationV1Api(faulty.api()).read_namespaced_lease(name, ns)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return str(lease.spec.holder_identity or "") or None
+
+
+def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    core = faulty.core()
+    env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
+           "GPUROSTER_LEASE_NAME": "gpuroster"}
+    # b starts first and leads; a answers kube-scheduler (the extender port) as a follower
+    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), **env)
+    a = Serve(faulty, ns, tmp_path / "a.log", **env)
+    serves.extend([a, b])
+    b.start()
+    wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
+    a.start()
+    first = gang(core, ns, "first", 2, 4, runtime="6s", duration="6s")
+    pods = wait_for(lambda: bound(core, ns, first), 40, "the first gang (via the follower)")
+    assert "admitted gang" in b.log() and "admitted gang" not in a.log(), "the follower committed"
+    print(f"[faults] leader {b.identity} admitted 'first'; follower {a.identity} answered the "
+          f"scheduler: bound on {sorted({p.spec.node_name for p in pods})}")
+    b.kill()
+    killed = time.monotonic()
+    wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == a.identity, 40,
+             "a to take the Lease")
+    handover = time.monotonic() - killed
+    second = gang(core, ns, "second", 1, 8, runtime="6s", duration="6s")
+    wait_for(lambda: bound(core, ns, second), 40, "the second gang (new leader)")
+    committed = time.monotonic() - killed
+    print(f"[faults]   leader SIGKILLed: Lease handed over in {handover:.1f}s; the new leader "
+          f"admitted and bound a new gang {committed:.1f}s after the kill")
+    history = [record(core, ns)]
+    time.sleep(2 * STEP)
+    history.append(record(core, ns))
+    check_record(core, ns, history)
+    admitted_lines = [ln for ln in (a.log() + b.log()).splitlines() if "admitted gang" in ln]
+    print(f"[faults]   admissions logged by both replicas: {len(admitted_lines)} "
+          f"(gangs: 2)")
+    assert len(admitted_lines) == 2, admitted_lines
+    assert handover <= 15.0 + 2 * 2.0, f"handover took {handover:.1f}s"
+
+
+# --- 4. kube-scheduler restarted --------------------------------------------------------
+
+
+def test_scheduler_restart_mid_run_binds_no_pod_twice(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    core = faulty.core()
+    ext = Serve(faulty, ns, tmp_path / "serve.log")
+    serves.append(ext)
+    ext.start()
+    names: list[str] = []
+    for i in range(4):
+        names += gang(core, ns, f"g{i}", 4, 1, runtime="3s", duration="4s")
+    time.sleep(0.5)
+    faulty.stop_process("kube-scheduler", hard=True)
+    down = time.monotonic()
+    for i in range(4, 8):
+        names += gang(core, ns, f"g{i}", 2, 2, runtime="3s", duration="4s")
+    time.sleep(2 * STEP)
+    faulty.start_process("kube-scheduler")
+    print(f"[faults] kube-scheduler SIGKILLed while 4 gangs bound, 4 more created while down; "
+          f"back after {time.monotonic() - down:.1f}s")
+    history = [record(core, ns)]
+
+    def done() -> bool:
+        history.append(record(core, ns))
+        return all(history[-1][n][2] for n in names)
+
+    wait_for(done, 120, "every gang to bind", every=0.5)
+    check_record(core, ns, history)
+    bound_ok = ext.metric("gpuroster_bindings_total", outcome="bound")
+    failed = ext.metric("gpuroster_bindings_total", outcome="failed")
+    refused = ext.metric("gpuroster_bindings_total", outcome="refused")
+    scheduled: dict[str, int] = {}
+    for e in core.list_namespaced_event(ns).items:
+        if e.reason == "Scheduled":
+            scheduled[e.involved_object.name] = scheduled.get(e.involved_object.name, 0) + 1
+    print(f"[faults]   {len(names)} pods: bindings made {bound_ok:.0f}, failed {failed:.0f}, "
+          f"refused {refused:.0f}; pods with more than one Scheduled event: "
+          f"{ {k: v for k, v in scheduled.items() if v > 1} }")
+    assert bound_ok == len(names), (bound_ok, len(names))
+    assert all(v == 1 for v in scheduled.values()), scheduled
+
+
+# --- 5. a node NotReady, then gone, under a running gang ------------------------------
+
+
+def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_moves(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    core = faulty.core()
+    ext = Serve(faulty, ns, tmp_path / "serve.log")
+    serves.append(ext)
+    ext.start()
+    victim = gang(core, ns, "victim", 1, 8, runtime="120s", duration="120s")
+    other = gang(core, ns, "other", 2, 4, runtime="120s", duration="120s")
+    wait_for(lambda: bound(core, ns, victim + other), 30, "both gangs")
+    nodes = {n: core.read_namespaced_pod(n, ns).spec.node_name for n in victim + other}
+    bad = nodes[victim[0]]
+    assert nodes[other[0]] != bad
+    before = record(core, ns)
+    gpus0 = ext.metric("gpuroster_gpus")
+    faulty.set_node_ready(bad, False)
+    wait_for(lambda: ext.metric("gpuroster_gpus") == gpus0 - 8, 20,
+             "the plan to stop counting the NotReady node's GPUs")
+    print(f"[faults] {bad} NotReady under gang 'victim': plan GPUs {gpus0:.0f} -> "
+          f"{ext.metric('gpuroster_gpus'):.0f}")
+
+    def reported() -> list[str]:
+        return [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(ns).items
+                if e.involved_object.name == victim[0] and e.type == "Warning"]
+
+    events = wait_for(reported, 20, "a Warning Event on the affected gang's pod")
+    print(f"[faults]   reported on {victim[0]}: {events}")
+    faulty.remove_node(bad)
+    time.sleep(3 * STEP)
+    print(f"[faults]   {bad} deleted: plan GPUs {ext.metric('gpuroster_gpus'):.0f}; "
+          f"events now {reported()}")
+    after = record(core, ns)
+    for p in other:
+        assert after[p] == before[p], f"{p} moved or was re-admitted: {before[p]} -> {after[p]}"
+    late = gang(core, ns, "late", 1, 4, runtime="5s", duration="5s")
+    pods = wait_for(lambda: bound(core, ns, late), 30, "a new gang after the node loss")
+    assert pods[0].spec.node_name != bad
+    check_record(core, ns, [before, after, record(core, ns)])
+    assert ext.status("/healthz") == 200
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
