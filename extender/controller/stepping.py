@@ -91,6 +91,8 @@ class Controller:
         self._lock = threading.Lock()
         self._svc_used: dict[str, dict[str, int]] = {}
         self._sets: dict[int, dict[str, frozenset[int]]] = {}  # step -> service GPU sets
+        # step -> the sets each service had before it (fixed at the step's first plan)
+        self._base: dict[int, dict[str, frozenset[int]]] = {}
         self._explained: dict[str, str] = {}  # pod key -> last reason written
         self._first_planned: dict[str, float] = {}
         self._forecasts: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
@@ -182,6 +184,9 @@ class Controller:
         took = time.perf_counter() - t0
         metrics.PLAN_DURATION.observe(took)
         metrics.STEPS.inc()
+        # The plan page shows what is being committed, before the writes go out.
+        self.view = plan_view(snap, plan, inp, step, self.time_of(step),
+                              self.settings.step_seconds, took)
         # Every replica plans and answers the scheduler; only the leader commits.
         leading = self.leader()
         admitted, failed = self._admit(snap, plan, step, now) if leading else ({}, {})
@@ -233,10 +238,14 @@ class Controller:
             except ann.AnnotationError as e:
                 problems[name] = str(e)
                 continue
-            if name in prev:
+            base = self._base.get(step, {})
+            if name in base:  # re-planning mid-step: the same step-(now-1) set as before
+                current = base[name]
+            elif name in prev:
                 current = frozenset(x for x in prev[name] if x < c.gpus)
             else:
                 current = self._placed_set(snap, sv, taken)
+            self._base = {step: {**base, name: current}}
             taken |= _mask(current)
             services.append(model.ServiceState(
                 name=name, priority=sv.spec.priority, max_swap=sv.spec.max_swap,
@@ -609,8 +618,6 @@ class Controller:
             value += min(a, d) * v.priority
         st.value_rate = value
         self.state = st
-        self.view = plan_view(snap, plan, inp, step, self.time_of(step),
-                              self.settings.step_seconds, took)
 
     # --- the verbs ----------------------------------------------------------------
 

@@ -382,3 +382,21 @@ def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
     _, failed = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0"])
     assert "Deployment ns/svc" in failed["gpu-node-0"] and "max-swap" in failed["gpu-node-0"]
     assert any("max-swap" in e["message"] and e["type"] == "Warning" for e in rig.fake.events)
+
+
+def test_replanning_mid_step_keeps_the_swap_cap() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("configmaps", configmap("d", curve="8"))
+    rig.fake.add("deployments", deployment("svc", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
+    rig.clock.advance(rig.settings.step_seconds)  # step 1: the cap applies
+    rig.step()
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
+    for i in range(2):  # its pods land; a re-plan in the same step must not grow it again
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on("gpu-node-0").build())
+    rig.clock.advance(1)
+    rig.step()
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
+    rig.advance()
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 4
