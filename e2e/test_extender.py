@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -35,7 +36,9 @@ class Extender:
     def __init__(self, cluster: Cluster, namespace: str, log_dir: Path, **env: str) -> None:
         self.cluster = cluster
         self.namespace = namespace
-        self.url = f"http://127.0.0.1:{cluster.extender_port}"
+        scheme = "https" if env.get("GPUROSTER_TLS_CERT_FILE") else "http"
+        self.url = f"{scheme}://127.0.0.1:{cluster.extender_port}"
+        self.tls = ssl._create_unverified_context() if scheme == "https" else None
         self.log_path = log_dir / "extender.log"
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
@@ -61,7 +64,8 @@ class Extender:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gpuroster serve exited: {self.log()}")
             try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as r:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1,
+                                            context=self.tls) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -92,7 +96,7 @@ class Extender:
             return e.code, json.loads(e.read())
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=5) as r:
+        with urllib.request.urlopen(self.url + path, timeout=5, context=self.tls) as r:
             body = r.read()
             return json.loads(body) if path == "/plan" else body.decode()
 
@@ -379,3 +383,29 @@ def test_two_replicas_only_the_leader_commits_and_a_follower_takes_over(
         for ext in (a, b, c):
             if ext is not None:
                 ext.stop()
+
+
+def test_full_node_objects_over_https_with_a_second_cluster(cluster: Cluster,
+                                                            tmp_path: Path) -> None:
+    # nodeCacheCapable: false (whole Node objects, as Go writes them) and enableHTTPS.
+    with Cluster(nodes=2, node_cache_capable=False, extender_tls=True,
+                 bin_dir=cluster.bin_dir) as other:
+        assert other.pki is not None
+        core = other.core()
+        ns = "full-nodes"
+        core.create_namespace({"metadata": {"name": ns}})
+        ext = Extender(other, ns, tmp_path,
+                       GPUROSTER_TLS_CERT_FILE=str(other.pki.extender.cert),
+                       GPUROSTER_TLS_KEY_FILE=str(other.pki.extender.key))
+        ext.start()
+        try:
+            names = gang_pods(core, ns, "g", 2, 4, runtime="60s", duration="60s")
+            pods = wait_for(lambda: all_bound(core, ns, names), 30, "the gang to bind")
+            assert len({p.spec.node_name for p in pods}) == 1
+            m = ext.get("/metrics")
+            fast = [ln for ln in m.splitlines()
+                    if ln.startswith('gpuroster_extender_nodelist_parses_total{path="fast"}')]
+            assert fast and float(fast[0].split()[-1]) > 0, "Go's NodeList missed the fast path"
+            assert 'gpuroster_extender_nodelist_parses_total{path="full"}' not in m
+        finally:
+            ext.stop()

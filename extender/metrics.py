@@ -45,6 +45,10 @@ PLANNED_START_DELAY = Histogram(
     "gpuroster_planned_start_delay_seconds",
     "Admission time minus the first planned start the plan announced for the gang.",
     buckets=(-3600, -60, 0, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 86400), registry=REGISTRY)
+NODELIST_PARSES = Counter(
+    "gpuroster_extender_nodelist_parses_total",
+    "Extender calls with full Node objects, by how they were read: fast (Go's layout: "
+    "names only) or full (a complete parse).", ["path"], registry=REGISTRY)
 ANNOTATION_ERRORS = Counter(
     "gpuroster_annotation_errors_total", "Pods or Deployments found with bad annotations.",
     registry=REGISTRY)

@@ -101,12 +101,15 @@ def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool]:
     if fast is not None:
         pod, names = fast
         full = True
+        metrics.NODELIST_PARSES.labels(path="fast").inc()
     else:
         args = _parse(wire.ExtenderArgsLean, raw)
         pod = args.Pod
         if args.NodeNames is None and args.Nodes is None:
             raise BadRequest(400, "ExtenderArgs needs NodeNames or Nodes")
         full = args.NodeNames is None
+        if full:
+            metrics.NODELIST_PARSES.labels(path="full").inc()
         found = args.node_names()
         for i, n in enumerate(found):
             if n is None:
