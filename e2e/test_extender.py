@@ -409,3 +409,50 @@ def test_full_node_objects_over_https_with_a_second_cluster(cluster: Cluster,
             assert 'gpuroster_extender_nodelist_parses_total{path="full"}' not in m
         finally:
             ext.stop()
+
+
+def test_batch_work_fills_the_troughs_an_inference_service_leaves(
+        core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    nodes = len(core.list_node(label_selector=objects.TOPOLOGY_ORDER_LABEL).items)
+    total = nodes * 8
+    peak = total // 2
+    # Peak for 4 steps, trough for 8: a reservation at the peak would leave half the GPUs.
+    curve = [peak] * 4 + [0] * 8
+    core.create_namespaced_config_map(namespace, {
+        "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
+    tmpl = objects.pod("svc", gpus=1)["spec"]
+    tmpl["restartPolicy"] = "Always"
+    apps.create_namespaced_deployment(namespace, {  # type: ignore[arg-type]
+        "metadata": {"name": "svc", "annotations": {
+            "gpuroster.io/workload": "realtime-inference",
+            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": str(peak),
+            "gpuroster.io/priority": "critical"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "svc"}},
+                 "template": {"metadata": {"labels": {"app": "svc"}}, "spec": tmpl}}})
+    # One node's worth of batch per gang, as many gangs as the cluster has nodes.
+    gangs = [gang_pods(core, namespace, f"b{i}", 1, 8, runtime="6s", duration="6s")
+             for i in range(nodes)]
+    most_batch = most_service = 0
+    deadline = time.monotonic() + len(curve) * STEP * 2.5
+    while time.monotonic() < deadline:
+        running = [p for p in core.list_namespaced_pod(namespace).items
+                   if p.spec.node_name and p.status.phase in ("Pending", "Running")
+                   and not p.metadata.deletion_timestamp]
+        batch = sum(8 for p in running if p.metadata.name.startswith("b"))
+        service = sum(1 for p in running if p.metadata.name.startswith("svc"))
+        most_batch = max(most_batch, batch)
+        most_service = max(most_service, service)
+        assert batch + service <= total
+        if (all(all_bound(core, namespace, g) for g in gangs) and most_batch > total - peak
+                and most_service >= peak):
+            break
+        time.sleep(STEP / 4)
+    print(f"[e2e] service peak {most_service} GPUs; "
+          f"most batch GPUs running at once: {most_batch} of {total} "
+          f"(a reservation at the service's peak leaves {total - peak})")
+    assert most_service >= peak, f"the service never reached its peak ({most_service})"
+    assert most_batch > total - peak, "batch never used the GPUs the service left in its trough"
+    assert all(all_bound(core, namespace, g) for g in gangs)
