@@ -625,7 +625,7 @@ class Controller:
         """(nodes that pass, failed node -> reason)."""
         t = self.table
         k = ann.key(pod)
-        node = t.assigned.get(k)
+        node = t.assigned.get(k) or admitted_node(pod)
         if node is not None:
             if node in nodes:
                 return [node], {}  # the others simply drop out; no reasons needed
@@ -665,7 +665,7 @@ class Controller:
         """Non-zero scores only: kube-scheduler adds nothing for a host left out."""
         t = self.table
         k = ann.key(pod)
-        node = t.assigned.get(k)
+        node = t.assigned.get(k) or admitted_node(pod)
         if node is not None:
             return [(node, 10)] if node in nodes else []
         svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
@@ -685,7 +685,7 @@ class Controller:
         t = self.table
         pod = self.cache.get("pods", k)
         svc = t.pod_service.get(k) or (snapshot.deployment_of(pod) if pod else None)
-        want = t.assigned.get(k)
+        want = t.assigned.get(k) or (admitted_node(pod) if pod else None)
         gpus = 0
         if want is not None:
             if want != node:
@@ -716,6 +716,17 @@ class Controller:
             return f"binding {k} to {node} failed: {e}"
         metrics.BINDINGS.labels(outcome="bound").inc()
         return None
+
+
+def admitted_node(pod: Obj) -> str | None:
+    """The node the admission annotations give this pod, if the pod is admitted.
+
+    The annotations are the durable record: a follower replica, or this one
+    between its writes and its next published table, has them before its table
+    does, and kube-scheduler calls filter as soon as it sees the update."""
+    a = ann.annotations_of(pod)
+    node = a.get(ann.NODE)
+    return node if node and ann.BLOCK in a else None
 
 
 def _mask(gpus: frozenset[int]) -> int:
