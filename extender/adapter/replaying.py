@@ -617,34 +617,30 @@ def _rebuild(
         if start < j.arrival_step:
             notes.append(f"{name}: admitted in step {start}, before its arrival {j.arrival_step}")
         grid[block.start : block.end, start : min(end, T)] = index[name]
-    # Services: each pod keeps one GPU on its node from when it is first seen; a
-    # pod that appears takes the highest GPU of its node that nothing holds then.
-    held: dict[str, int] = {}  # pod uid -> gpu
+    # Services: Kubernetes counts GPUs per node, not which ones. A pod never changes
+    # node, so it is drawn on one GPU of its node that stays free (of job blocks and
+    # other service pods) for its whole life, highest first; only where none does
+    # is it drawn step by step.
+    lives: dict[str, tuple[int, str, list[int]]] = {}  # uid -> (service, node, steps)
     for sample in samples:
-        t = sample.step
-        alive: set[str] = set()
         for k, v in enumerate(s.services):
             for uid, node in sample.service_pods.get(v.name, []):
-                alive.add(uid)
-                if uid in held:
-                    if grid[held[uid], t] == -1:
-                        grid[held[uid], t] = nj + k
-                        continue
-                    # Kubernetes counts GPUs per node, not which ones: the job's block
-                    # is exact, so the service pod is drawn on another free GPU.
-                    del held[uid]
-                i = node_index.get(node)
-                if i is None:
-                    continue
-                for gpu in range(i * G + G - 1, i * G - 1, -1):
-                    if grid[gpu, t] == -1:
-                        held[uid] = gpu
-                        grid[gpu, t] = nj + k
-                        break
-                else:
-                    notes.append(f"{v.name}: no free GPU on {node} at step {t} for a pod")
-        for uid in [u for u in held if u not in alive]:
-            del held[uid]
+                lives.setdefault(uid, (k, node, []))[2].append(sample.step)
+    for _uid, (k, node, steps) in sorted(lives.items(), key=lambda x: (x[1][2][0], x[0])):
+        i = node_index.get(node)
+        if i is None:
+            continue
+        gpus = range(i * G + G - 1, i * G - 1, -1)
+        whole = next((g for g in gpus if all(grid[g, t] == -1 for t in steps)), None)
+        if whole is not None:
+            grid[whole, steps] = nj + k
+            continue
+        for t in steps:
+            g = next((g for g in gpus if grid[g, t] == -1), None)
+            if g is None:
+                notes.append(f"{s.services[k].name}: no free GPU on {node} at step {t} for a pod")
+            else:
+                grid[g, t] = nj + k
     return grid, starts, ends
 
 

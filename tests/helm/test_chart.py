@@ -207,6 +207,7 @@ def test_scheduler_configuration(default: rendering.Rendered) -> None:
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     assert cfg["percentageOfNodesToScore"] == 100
+    assert cfg["podInitialBackoffSeconds"] == 1 and cfg["podMaxBackoffSeconds"] == 1
     assert cfg["profiles"] == [{"schedulerName": "gpuroster"}]
     assert cfg["leaderElection"] == {
         "leaderElect": True,

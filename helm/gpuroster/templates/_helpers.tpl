@@ -217,6 +217,9 @@ leaderElection:
   {{- end }}
 # The extender must see every feasible node to place a block where the plan put it.
 percentageOfNodesToScore: 100
+# The plan decides when a GPU pod may bind; backoff would only delay a due gang.
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 1
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
 {{- include "gpuroster.extenders" (dict "root" . "caFile" (printf "%s/ca.crt" (include "gpuroster.tlsDir" .))) }}
