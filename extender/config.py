@@ -71,6 +71,8 @@ class Settings:
     leader_elect: bool = False
     lease_namespace: str = "default"
     lease_name: str = "gpuroster"
+    # A SIGKILLed leader's Lease is taken over about this long after its last renewal.
+    lease_seconds: float = 10.0
     tls_cert_file: str = ""
     tls_key_file: str = ""
     log_level: str = "INFO"
@@ -130,6 +132,8 @@ def validate(s: Settings) -> None:
         raise bad("tls_cert_file", "TLS needs both GPUROSTER_TLS_CERT_FILE and _KEY_FILE")
     if s.log_level.upper() not in LOG_LEVELS:
         raise bad("log_level", f"one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
+    if not (3 <= s.lease_seconds <= 300):
+        raise bad("lease_seconds", f"must be 3..300, got {s.lease_seconds}")
     if s.resync_seconds <= 0:
         raise bad("resync_seconds", "must be positive")
     if s.max_body_bytes < 1024:
@@ -157,6 +161,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("leader_elect", _bool, "take a Lease before acting (several replicas)"),
     ("lease_namespace", str, "namespace of the leader Lease"),
     ("lease_name", str, "name of the leader Lease"),
+    ("lease_seconds", float, "leader Lease duration: a dead leader is replaced after about this"),
     ("tls_cert_file", str, "serve HTTPS with this certificate"),
     ("tls_key_file", str, "and this key"),
     ("log_level", str, "DEBUG | INFO | WARNING | ERROR"),
