@@ -21,6 +21,7 @@ from extender.planner import model
 
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
+NODE_LOST = "node lost"  # prefix of a Gang.error: its block names a node that is gone
 
 
 def parse_time(text: str | None) -> float | None:
@@ -275,7 +276,10 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
         try:
             block = ann.parse_block(a[ann.BLOCK], index, cluster.gpus_per_node)
         except ann.AnnotationError as e:
-            gang.error = str(e)
+            gone = sorted({str(n) for p in admitted
+                           if (n := (p.get("spec") or {}).get("nodeName")) and n not in index})
+            gang.error = (f"{NODE_LOST}: gang {name} ran on {', '.join(gone)}, which is gone; "
+                          "its pods stay out of the plan" if gone else str(e))
             return gang
         per_pod = {}
         for p in admitted:

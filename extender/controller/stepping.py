@@ -232,11 +232,18 @@ class Controller:
         services: list[model.ServiceState] = []
         prev = self._previous_sets(step)
         taken = held
+        frozen: set[int] = set()  # GPUs of services that cannot be planned this step
         for name, sv in sorted(snap.services.items()):
             try:
                 fc, past = self._forecast(snap, sv, step, now)
             except ann.AnnotationError as e:
                 problems[name] = str(e)
+                # Not planned this step, but its running replicas still hold GPUs:
+                # keep those out of everyone else's plan.
+                kept = frozenset(x for x in prev.get(name, frozenset()) if x < c.gpus)
+                kept = kept or self._placed_set(snap, sv, taken)
+                taken |= _mask(kept)
+                frozen |= kept
                 continue
             base = self._base.get(step, {})
             if name in base:  # re-planning mid-step: the same step-(now-1) set as before
@@ -254,7 +261,7 @@ class Controller:
                 reservation=self._reservations.get(name, max(fc) if fc else 0),
                 past_forecast=tuple(int(round(x)) for x in
                                     self._past_forecasts.get(name, past))))
-        unavailable = set(snap.unavailable)
+        unavailable = set(snap.unavailable) | frozen
         for node, n in snap.foreign.items():
             if node not in snap.node_index:
                 continue
@@ -508,7 +515,8 @@ class Controller:
     def _reason(self, snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
                 failed: Mapping[str, str]) -> str:
         if g.error:
-            return f"bad annotations: {g.error}"
+            return g.error if g.error.startswith(snapshot.NODE_LOST) else (
+                f"bad annotations: {g.error}")
         if g.waiting_for:
             return g.waiting_for
         if g.name in failed:
@@ -542,6 +550,7 @@ class Controller:
                 continue
             if g.admission is not None and not g.error:
                 seen.update(g.pod_keys())
+                self._report_down_nodes(snap, g, now)
                 continue
             for p in g.pods:
                 k = ann.key(p)
@@ -552,10 +561,11 @@ class Controller:
                 if reason is None:
                     continue
                 bad = reason.startswith("bad annotations")
+                lost = reason.startswith(snapshot.NODE_LOST)
                 if bad and self._explained.get(k) != reason:
                     metrics.ANNOTATION_ERRORS.inc()
-                self._tell(p, "InvalidAnnotations" if bad else "Waiting", reason, now,
-                           False, bad)
+                self._tell(p, "NodeLost" if lost else "InvalidAnnotations" if bad else "Waiting",
+                           reason, now, False, bad or lost)
         for name, problem in problems.items():
             sv = snap.services.get(name)
             if sv is None:
@@ -570,6 +580,22 @@ class Controller:
             del self._first_planned[name]
         for k in [k for k in self._woken if k not in snap.pods]:
             del self._woken[k]
+
+    def _report_down_nodes(self, snap: snapshot.Snapshot, g: snapshot.Gang, now: float) -> None:
+        """A running gang on a node that is not Ready: its GPUs leave the plan; say so."""
+        assert g.admission is not None
+        per = snap.cluster.gpus_per_node
+        down = sorted({snap.nodes[gpu // per] for gpu in g.admission.block.gpus()
+                       if gpu in snap.unavailable and gpu // per < len(snap.nodes)})
+        if not down:
+            return
+        msg = (f"gang {g.name} runs on {', '.join(down)}, which is not Ready: its GPUs are out "
+               "of the plan until the node is back; nothing else moves")
+        if all(self._explained.get(ann.key(p)) == msg for p in g.pods):
+            return
+        log.warning("%s", msg)
+        for p in g.pods:
+            self._tell(p, "NodeNotReady", msg, now, True, True)
 
     def _tell(self, pod: Obj, reason: str, message: str, now: float, status: bool,
               warning: bool) -> None:
