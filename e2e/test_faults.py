@@ -470,7 +470,7 @@ def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
     print(f"[faults]   admissions logged by both replicas: {len(admitted_lines)} "
           f"(gangs: 2)")
     assert len(admitted_lines) == 2, admitted_lines
-    assert handover <= 15.0 + 2 * 2.0, f"handover took {handover:.1f}s"
+    assert handover <= 15.0, f"handover took {handover:.1f}s"
 
 
 # --- 4. kube-scheduler restarted --------------------------------------------------------
@@ -526,6 +526,7 @@ def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_m
     core = faulty.core()
     ext = Serve(faulty, ns, tmp_path / "serve.log")
     serves.append(ext)
+    spare = faulty.add_node()  # room for a gang created after the loss
     ext.start()
     victim = gang(core, ns, "victim", 1, 8, runtime="120s", duration="120s")
     other = gang(core, ns, "other", 2, 4, runtime="120s", duration="120s")
@@ -534,29 +535,32 @@ def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_m
     bad = nodes[victim[0]]
     assert nodes[other[0]] != bad
     before = record(core, ns)
-    gpus0 = ext.metric("gpuroster_gpus")
+    gpus0 = wait_for(lambda: ext.metric("gpuroster_gpus"), 10, "the plan's GPU count")
     faulty.set_node_ready(bad, False)
     wait_for(lambda: ext.metric("gpuroster_gpus") == gpus0 - 8, 20,
              "the plan to stop counting the NotReady node's GPUs")
     print(f"[faults] {bad} NotReady under gang 'victim': plan GPUs {gpus0:.0f} -> "
           f"{ext.metric('gpuroster_gpus'):.0f}")
 
-    def reported() -> list[str]:
+    def reported(reason: str) -> list[str]:
         return [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(ns).items
-                if e.involved_object.name == victim[0] and e.type == "Warning"]
+                if e.involved_object.name == victim[0] and e.reason == reason]
 
-    events = wait_for(reported, 20, "a Warning Event on the affected gang's pod")
+    events = wait_for(lambda: reported("NodeNotReady"), 20,
+                      "a NodeNotReady Event on the affected gang's pod")
     print(f"[faults]   reported on {victim[0]}: {events}")
     faulty.remove_node(bad)
-    time.sleep(3 * STEP)
-    print(f"[faults]   {bad} deleted: plan GPUs {ext.metric('gpuroster_gpus'):.0f}; "
-          f"events now {reported()}")
+    lost = wait_for(lambda: reported("NodeLost"), 20, "a NodeLost Event once the node is gone")
+    print(f"[faults]   {bad} deleted: plan GPUs {ext.metric('gpuroster_gpus'):.0f}; {lost}")
+    others = [e for e in core.list_namespaced_event(ns).items if e.involved_object.name in other
+              and e.reason in ("NodeNotReady", "NodeLost", "Admitted")]
+    assert len(others) == len(other), [(e.involved_object.name, e.reason) for e in others]
     after = record(core, ns)
     for p in other:
         assert after[p] == before[p], f"{p} moved or was re-admitted: {before[p]} -> {after[p]}"
     late = gang(core, ns, "late", 1, 4, runtime="5s", duration="5s")
     pods = wait_for(lambda: bound(core, ns, late), 30, "a new gang after the node loss")
-    assert pods[0].spec.node_name != bad
+    assert pods[0].spec.node_name == spare
     check_record(core, ns, [before, after, record(core, ns)])
     assert ext.status("/healthz") == 200
 
