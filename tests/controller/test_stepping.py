@@ -400,3 +400,18 @@ def test_replanning_mid_step_keeps_the_swap_cap() -> None:
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
     rig.advance()
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 4
+
+
+def test_gpus_of_a_service_with_a_broken_demand_source_stay_out_of_the_plan() -> None:
+    # Eight replicas run on node 0; their demand ConfigMap is missing. The service
+    # cannot be planned, but a new 8-GPU gang must not be promised node 0.
+    rig = Rig(nodes=2)
+    rig.fake.add("deployments", deployment("svc", replicas=8, notes={
+        "gpuroster.io/demand-configmap": "missing"}))
+    for i in range(8):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on("gpu-node-0").build())
+    keys = gang(rig.fake, "big", 1, 8)
+    r = rig.step()
+    assert "ns/big" in r.admitted
+    assert rig.notes(keys[0])[ann.BLOCK] == "gpu-node-1:0-7"
