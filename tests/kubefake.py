@@ -119,6 +119,12 @@ class FakeKube:
                 notes.pop(a, None)
             else:
                 notes[a] = v
+        spec = patch.get("spec") or {}
+        if "schedulingGates" in spec:  # merge patch: the list is replaced (null removes it)
+            if spec["schedulingGates"] is None:
+                pod["spec"].pop("schedulingGates", None)
+            else:
+                pod["spec"]["schedulingGates"] = spec["schedulingGates"]
         return self.add("pods", pod)
 
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
@@ -189,6 +195,10 @@ class PodBuilder:
 
     def created(self, ts: str) -> PodBuilder:
         self.obj["metadata"]["creationTimestamp"] = ts
+        return self
+
+    def gated(self, *names: str) -> PodBuilder:
+        self.obj["spec"]["schedulingGates"] = [{"name": n} for n in names]
         return self
 
     def on(self, node: str, phase: str = "Running") -> PodBuilder:

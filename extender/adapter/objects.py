@@ -12,12 +12,23 @@ COMPONENT = "gpuroster"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
-def admission_patch(block_label: str, admitted_at: float, node: str) -> dict[str, Any]:
-    return {"metadata": {"annotations": {
+# Pods may be created with this scheduling gate (spec.schedulingGates): kube-scheduler
+# then never tries them before their gang is admitted, and lifting the gate at
+# admission sends them straight to its active queue, with no backoff to sit out.
+ADMISSION_GATE = ann.PREFIX + "admission"
+
+
+def admission_patch(block_label: str, admitted_at: float, node: str,
+                    gates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    patch: dict[str, Any] = {"metadata": {"annotations": {
         ann.BLOCK: block_label,
         ann.ADMITTED_AT: snapshot.format_time(admitted_at),
         ann.NODE: node,
     }}}
+    if gates and any(g.get("name") == ADMISSION_GATE for g in gates):
+        rest = [g for g in gates if g.get("name") != ADMISSION_GATE]
+        patch["spec"] = {"schedulingGates": rest or None}  # merge patch: the list is replaced
+    return patch
 
 
 def admission_undo() -> dict[str, Any]:

@@ -157,6 +157,8 @@ def job_pods(job: model.Job, g: int, step_minutes: int, namespace: str) -> list[
                     },
                 },
                 "spec": {
+                    # held back from kube-scheduler until gpuroster admits the gang
+                    "schedulingGates": [{"name": "gpuroster.io/admission"}],
                     "restartPolicy": "Never",
                     "tolerations": [TOLERATION],
                     "containers": [

@@ -374,8 +374,10 @@ class Controller:
                 m = pod.get("metadata") or {}
                 k = ann.key(pod)
                 try:
+                    gates = (pod.get("spec") or {}).get("schedulingGates")
                     new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
-                                                objects.admission_patch(label, now, per_pod[k]))
+                                                objects.admission_patch(label, now, per_pod[k],
+                                                                        gates))
                     done.append(pod)
                     if isinstance(new, dict) and new.get("metadata"):
                         self.cache.put("pods", new)
@@ -607,10 +609,16 @@ class Controller:
         ns, name = str(m.get("namespace")), str(m.get("name"))
         try:
             self.client.create_event(ns, objects.event(pod, reason, message, now, warning))
+        except kube.ApiError as e:
+            # Not told: try again next round (a slow API server must not eat the Event).
+            self._explained.pop(k, None)
+            log.info("event on %s not written (%s); retrying next round", k, e)
+            return
+        try:
             self.client.patch_pod_status(ns, name,
                                          objects.condition_patch(status, reason, message, now))
         except kube.ApiError as e:
-            log.debug("explaining %s: %s", k, e)
+            log.info("condition on %s not written: %s", k, e)
 
     # --- observability ------------------------------------------------------------
 

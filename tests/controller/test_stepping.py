@@ -415,3 +415,18 @@ def test_gpus_of_a_service_with_a_broken_demand_source_stay_out_of_the_plan() ->
     r = rig.step()
     assert "ns/big" in r.admitted
     assert rig.notes(keys[0])[ann.BLOCK] == "gpu-node-1:0-7"
+
+
+def test_admission_lifts_the_admission_gate_and_keeps_other_gates() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("pods", make_pod("gated-0").gpus(4).gang("gated", 1).priority("high")
+                 .gated("gpuroster.io/admission", "example.com/quota").build())
+    rig.fake.add("pods", make_pod("later-0").gpus(8).gang("later", 1).priority("low")
+                 .gated("gpuroster.io/admission").build())
+    r = rig.step()
+    assert r.admitted == ["ns/gated"]
+    gates = rig.fake.pod("ns/gated-0")["spec"].get("schedulingGates")
+    assert gates == [{"name": "example.com/quota"}]  # ours lifted, the other kept
+    # the gang that does not fit yet stays gated: kube-scheduler never sees it
+    assert rig.fake.pod("ns/later-0")["spec"]["schedulingGates"] == [
+        {"name": "gpuroster.io/admission"}]
