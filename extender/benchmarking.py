@@ -125,7 +125,8 @@ def format_table(rows: list[Row], cluster_gap: dict[tuple[str, str], Row] | None
         lines.append(
             f"{r.scenario.name:19s} {r.policy:15s} {m.utilization:6.1f} {dp} {m.value:9.0f} {dv} "
             f"{100 * m.realtime_service_level:5.1f}% {m.jobs_completed:>3d}/{m.jobs_total:<2d} "
-            f"{m.top_priority_p95_wait():7.1f} {_ms(r.plan_ms, 'p50', 9)} {_ms(r.plan_ms, 'p99', 7)}"
+            f"{m.top_priority_p95_wait():7.1f} {_ms(r.plan_ms, 'p50', 9)} "
+            f"{_ms(r.plan_ms, 'p99', 7)}"
         )
     return "\n".join(lines)
 

@@ -64,7 +64,8 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
         for ax, p in zip(axes[0], shown, strict=True):
             draw_grid(ax, pols[p])
         fig.suptitle(
-            f"{name}: GPUs down, steps across; a colour per job, services dark, reserved-idle grey", fontsize=10
+            f"{name}: GPUs down, steps across; a colour per job, services dark, reserved-idle grey",
+            fontsize=10,
         )
         fig.tight_layout()
         path = out / f"{name}.grids.png"

@@ -33,15 +33,18 @@ from extender.planner import blocks, model, policies, scaling
 
 @dataclass
 class Options:
-    realtime_penalty: float = 8.0  # shortfall cost per GPU-step, x the service's priority
+    # Shortfall cost per GPU-step, x the service's priority. The fast plan never buys
+    # batch work with real-time shortfall: with the default 8 that is the optimum
+    # whenever 8 x a service's priority >= every job's priority (the curve is a floor).
+    realtime_penalty: float = 8.0
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
     max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
     lookahead_cap: int = 96  # steps past now the capacity check looks at, at most
-    error_memory: float = 0.7
+    error_memory: float = 0.7  # how fast a recent forecast miss fades with lead time
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
-    overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room  # how fast a recent forecast miss fades with lead time
+    overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room
     orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
 
 

@@ -80,7 +80,8 @@ def test_realtime_service_level_at_least_fifos(name: str) -> None:
 
 
 def test_no_starvation_low_priority_starts_within_the_bound() -> None:
-    # One low-priority job against a stream of high-priority work that could fill the cluster forever.
+    # One low-priority job against a stream of high-priority work that could fill the
+    # cluster forever.
     jobs = [
         {
             "name": "low",
