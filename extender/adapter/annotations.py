@@ -22,6 +22,7 @@ PRIORITY = PREFIX + "priority"
 GANG = PREFIX + "gang"
 GANG_SIZE = PREFIX + "gang-size"
 EXPECTED_DURATION = PREFIX + "expected-duration"
+MAX_DURATION_SECONDS = 366 * 86400.0  # beyond this an estimate is garbage, not a plan
 MAX_SWAP = PREFIX + "max-swap"
 DEMAND_CONFIGMAP = PREFIX + "demand-configmap"
 DEMAND_QUERY = PREFIX + "demand-query"
@@ -76,14 +77,26 @@ def key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
 
 
+_QUANTITY_SUFFIXES = (("Ki", 2.0**10), ("Mi", 2.0**20), ("Gi", 2.0**30), ("Ti", 2.0**40),
+                      ("Pi", 2.0**50), ("Ei", 2.0**60), ("k", 1e3), ("M", 1e6), ("G", 1e9),
+                      ("T", 1e12), ("P", 1e15), ("E", 1e18), ("m", 1e-3))
+
+
 def _quantity(value: Any) -> int:
     """An integer resource quantity (`"2"`, `2`); extended resources are whole."""
     if isinstance(value, bool):
         raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}")
     if isinstance(value, int):
         return value
+    text = str(value).strip()
+    scale = 1.0
+    # The API server writes quantities canonically: 1000000 comes back as "1M".
+    for suffix, factor in _QUANTITY_SUFFIXES:
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], factor
+            break
     try:
-        f = float(str(value))
+        f = float(text) * scale
     except ValueError:
         raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}") from None
     if not math.isfinite(f) or f != int(f) or f < 0:
@@ -171,6 +184,8 @@ def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
         seconds = config.parse_duration(raw_d)
     except ValueError as e:
         raise AnnotationError(f"{EXPECTED_DURATION}: {e}") from None
+    if seconds > MAX_DURATION_SECONDS:
+        raise AnnotationError(f"{EXPECTED_DURATION}: {raw_d!r} is longer than a year")
     return PodWork(gang=gang, gang_size=size, gpus=gpus, workload=workload, priority=prio,
                    duration_seconds=seconds)
 

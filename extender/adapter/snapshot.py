@@ -317,6 +317,11 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
     if len(live) > first.gang_size:
         gang.error = f"gang {name} has {len(live)} pods but {ann.GANG_SIZE} is {first.gang_size}"
         return gang
+    if cluster.gpus and first.gang_size * min(w.gpus for w in ws) > cluster.gpus:
+        gang.error = (f"gang {name} has {ann.GANG_SIZE} {first.gang_size}: at least "
+                      f"{first.gang_size * min(w.gpus for w in ws)} GPUs; the cluster has "
+                      f"{cluster.gpus}")
+        return gang
     if len(live) < first.gang_size:
         gang.waiting_for = f"waiting for the gang: {len(live)} of {first.gang_size} pods exist"
         return gang
