@@ -24,8 +24,10 @@ DOCKERIGNORE = REPO / ".dockerignore"
 
 
 @pytest.fixture(scope="module")
-def parsed() -> DockerfileParser:
-    parser = DockerfileParser(path=str(REPO / "unused.Dockerfile"), cache_content=True)
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> DockerfileParser:
+    # the parser writes what it parses to its path: keep that out of the repo
+    scratch = tmp_path_factory.mktemp("containerfile") / "Containerfile"
+    parser = DockerfileParser(path=str(scratch), cache_content=True)
     parser.content = CONTAINERFILE.read_text()
     return parser
 
