@@ -26,7 +26,7 @@ DOCKERIGNORE = REPO / ".dockerignore"
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> DockerfileParser:
     # the parser writes what it parses to its path: keep that out of the repo
-    scratch = tmp_path_factory.mktemp("containerfile") / "Containerfile"
+    scratch = tmp_path_factory.mktemp("containerfile")  # the parser uses <dir>/Dockerfile
     parser = DockerfileParser(path=str(scratch), cache_content=True)
     parser.content = CONTAINERFILE.read_text()
     return parser
