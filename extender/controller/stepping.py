@@ -249,7 +249,8 @@ class Controller:
             if name in base:  # re-planning mid-step: the same step-(now-1) set as before
                 current = base[name]
             elif name in prev:
-                current = frozenset(x for x in prev[name] if x < c.gpus)
+                current = self._reconciled(snap, sv, frozenset(x for x in prev[name]
+                                                               if x < c.gpus), taken)
             else:
                 current = self._placed_set(snap, sv, taken)
             self._base = {step: {**base, name: current}}
@@ -281,6 +282,25 @@ class Controller:
     def _previous_sets(self, step: int) -> dict[str, frozenset[int]]:
         earlier = [k for k in self._sets if k < step]
         return self._sets[max(earlier)] if earlier else {}
+
+    def _reconciled(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+                    planned: frozenset[int], taken: int) -> frozenset[int]:
+        """The planned set, grown where the service's bound pods hold more GPUs on a
+        node than the plan thought (the Deployment controller picks which pods go on
+        a scale-down): a gang must never be promised GPUs its pods still hold."""
+        out = set(planned)
+        for node, n in sv.gpus_by_node.items():
+            if node not in snap.node_index:
+                continue
+            here = snap.node_gpus(node)
+            extra = n - sum(1 for g in here if g in out)
+            for gpu in reversed(here):
+                if extra <= 0:
+                    break
+                if gpu not in out and not taken >> gpu & 1:
+                    out.add(gpu)
+                    extra -= 1
+        return frozenset(out)
 
     def _placed_set(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
                     taken: int) -> frozenset[int]:

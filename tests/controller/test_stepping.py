@@ -430,3 +430,22 @@ def test_admission_lifts_the_admission_gate_and_keeps_other_gates() -> None:
     # the gang that does not fit yet stays gated: kube-scheduler never sees it
     assert rig.fake.pod("ns/later-0")["spec"]["schedulingGates"] == [
         {"name": "gpuroster.io/admission"}]
+
+
+def test_service_pods_where_the_plan_did_not_put_them_still_hold_their_gpus() -> None:
+    # The plan keeps the service's two GPUs on one node; the Deployment controller
+    # left its pods on the other. A whole-node gang must not be promised that node.
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="2"))
+    rig.fake.add("deployments", deployment("svc", replicas=2, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "0"}))
+    rig.step()
+    planned = rig.ctl.table.service_planned["ns/svc"]
+    (planned_node,) = [n for n, k in planned.items() if k]
+    other = "gpu-node-0" if planned_node == "gpu-node-1" else "gpu-node-1"
+    for i in range(2):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on(other).build())
+    keys = gang(rig.fake, "whole", 1, 8)
+    r = rig.advance()
+    assert "ns/whole" not in r.admitted, rig.notes(keys[0]).get(ann.BLOCK)
