@@ -94,7 +94,7 @@ class Serve:
     """`gpuroster serve` on `port` (the scheduler's extender port unless told otherwise)."""
 
     def __init__(self, cluster: Cluster, namespace: str, log: Path, port: int | None = None,
-                 **env: str) -> None:
+                 env: dict[str, str] | None = None) -> None:
         self.cluster = cluster
         self.port = port or cluster.extender_port
         self.url = f"http://127.0.0.1:{self.port}"
@@ -102,7 +102,7 @@ class Serve:
         self.env = {
             "GPUROSTER_KUBECONFIG": str(cluster.kubeconfig), "GPUROSTER_PORT": str(self.port),
             "GPUROSTER_BIND_ADDRESS": "127.0.0.1", "GPUROSTER_STEP_SECONDS": str(STEP),
-            "GPUROSTER_NAMESPACES": namespace, "GPUROSTER_LOG_LEVEL": "INFO", **env}
+            "GPUROSTER_NAMESPACES": namespace, "GPUROSTER_LOG_LEVEL": "INFO", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -217,7 +217,10 @@ def bound(core: Any, ns: str, names: list[str]) -> list[Any] | None:
     return pods if all(p.spec.node_name for p in pods) else None
 
 
-def record(core: Any, ns: str) -> dict[str, tuple[str | None, str | None, str | None]]:
+Record = dict[str, tuple[str | None, str | None, str | None]]  # pod -> block, admitted, node
+
+
+def record(core: Any, ns: str) -> Record:
     """pod -> (block, admitted-at, node): the durable record of admission and binding."""
     out = {}
     for p in core.list_namespaced_pod(ns).items:
@@ -234,7 +237,7 @@ def admitted_events(core: Any, ns: str) -> dict[str, int]:
     return out
 
 
-def check_record(core: Any, ns: str, history: list[dict[str, tuple[str | None, ...]]]) -> None:
+def check_record(core: Any, ns: str, history: list[Record]) -> None:
     """Every pod admitted at most once, never moved; every gang on one block, at one time."""
     final = history[-1]
     for pod in final:
@@ -245,7 +248,7 @@ def check_record(core: Any, ns: str, history: list[dict[str, tuple[str | None, .
         assert len(nodes) <= 1, f"{pod} moved between nodes: {nodes}"
         if any(s[2] for s in seen):
             assert any(s[0] for s in seen), f"{pod} bound without an admission (outside the plan)"
-    gangs: dict[str, set[tuple[str | None, ...]]] = {}
+    gangs: dict[str, set[tuple[str | None, str | None]]] = {}
     for pod, (blk, at, _) in final.items():
         if blk:
             gangs.setdefault(pod.rsplit("-", 1)[0], set()).add((blk, at))
@@ -278,7 +281,7 @@ def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
     kill_steps = [rng.randrange(k, k + 2) for k in (1, 4, 7, 10)]
     namespace = f"faults-replay-{rng.randrange(16**4):04x}"
     core = faulty.core()
-    history: list[dict[str, tuple[str | None, ...]]] = []
+    history: list[Record] = []
     restarts: list[dict[str, float]] = []
     threads: list[threading.Thread] = []
 
@@ -431,7 +434,8 @@ def lease_holder(faulty: Cluster, ns: str, name: str) -> str | None:
         if e.status == 404:
             return None
         raise
-    return str(lease.spec.holder_identity or "") or None
+    spec: Any = lease.spec
+    return str(spec.holder_identity or "") or None
 
 
 def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
@@ -441,8 +445,8 @@ def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
     env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
            "GPUROSTER_LEASE_NAME": "gpuroster"}
     # b starts first and leads; a answers kube-scheduler (the extender port) as a follower
-    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), **env)
-    a = Serve(faulty, ns, tmp_path / "a.log", **env)
+    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), env=env)
+    a = Serve(faulty, ns, tmp_path / "a.log", env=env)
     serves.extend([a, b])
     b.start()
     wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")

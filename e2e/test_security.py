@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
         refused = []
         try:
             sa_core: Any = k8s.CoreV1Api(api)
-            for what, call in [
+            calls: list[tuple[str, Callable[[], Any]]] = [
                 ("delete pods", lambda: sa_core.delete_namespaced_pod("g-0", namespace)),
                 ("list secrets", lambda: sa_core.list_namespaced_secret(namespace)),
                 ("create bindings (the top-level resource)",
@@ -97,7 +98,8 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
                      _preload_content=False)),
                 ("patch nodes", lambda: sa_core.patch_node("gpu-node-0", {
                     "metadata": {"labels": {"x": "y"}}})),
-            ]:
+            ]
+            for what, call in calls:
                 with pytest.raises(ApiException) as err:
                     call()
                 refused.append(f"{what}: {err.value.status}")
@@ -123,7 +125,7 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
         for path in ("/plan", "/plan/view", "/metrics", "/healthz", "/readyz"):
             req = urllib.request.Request(url + path, headers=headers)
             with urllib.request.urlopen(req, timeout=5) as r:
-                served[path] = r.read().decode()
+                served[path] = str(r.read().decode())
         time.sleep(1)
         log = log_path.read_text(errors="replace")
         needles = {"ServiceAccount token": token, "caller's bearer token": CALLER_TOKEN,
