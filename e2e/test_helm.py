@@ -59,7 +59,9 @@ BASE_VALUES: dict[str, Any] = {
 LABELLED_KINDS = ("deployments.apps,replicasets.apps,pods,services,serviceaccounts,configmaps,"
                   "roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io,"
                   "poddisruptionbudgets.policy,clusterroles.rbac.authorization.k8s.io,"
-                  "clusterrolebindings.rbac.authorization.k8s.io")
+                  "clusterrolebindings.rbac.authorization.k8s.io,"
+                  "validatingadmissionpolicies.admissionregistration.k8s.io,"
+                  "validatingadmissionpolicybindings.admissionregistration.k8s.io")
 
 
 # --- helm and kubectl ------------------------------------------------------------------
@@ -145,7 +147,9 @@ def manifest_objects(helm: Helm, release: str, namespace: str) -> set[tuple[str,
     out = set()
     for doc in yaml.safe_load_all(text):
         if doc:
-            cluster_scoped = doc["kind"] in ("ClusterRole", "ClusterRoleBinding")
+            cluster_scoped = doc["kind"] in ("ClusterRole", "ClusterRoleBinding",
+                                             "ValidatingAdmissionPolicy",
+                                             "ValidatingAdmissionPolicyBinding")
             ns = "" if cluster_scoped else doc["metadata"].get("namespace", namespace)
             out.add((doc["kind"], ns, doc["metadata"]["name"]))
     return out

@@ -88,6 +88,22 @@ class Replay:
     ends: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extender_log: str = ""
+    churn: dict[str, list[int]] = field(default_factory=dict)  # service -> pods in+out per step
+
+
+def pod_churn(samples: list[Sample], services: list[str]) -> dict[str, list[int]]:
+    """Per service and step: pods that appeared plus pods that went since the step
+    before, by uid: what the swap cap means for pods, which carry no GPU identity."""
+    out: dict[str, list[int]] = {}
+    for name in services:
+        prev: set[str] | None = None
+        steps = []
+        for sample in samples:
+            now = {uid for uid, _ in sample.service_pods.get(name, [])}
+            steps.append(0 if prev is None else len(now ^ prev))
+            prev = now
+        out[name] = steps
+    return out
 
 
 def _api(kubeconfig: str) -> Any:
@@ -471,7 +487,19 @@ def replay(
     extender_log = ext.log_path.read_text(errors="replace")[-4000:]
     names = [j.name for j in s.jobs] + [v.name for v in s.services]
     grid, starts, ends = _rebuild(s, pods, samples, t0, S, notes)
-    out = Replay(s, policy, t0, S, grid, names, starts, ends, notes, extender_log)
+    out = Replay(
+        s,
+        policy,
+        t0,
+        S,
+        grid,
+        names,
+        starts,
+        ends,
+        notes,
+        extender_log,
+        pod_churn(samples, [v.name for v in s.services]),
+    )
     _wipe(core, apps, namespace)
     return out
 

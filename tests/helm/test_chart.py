@@ -112,8 +112,24 @@ def test_default_objects(default: rendering.Rendered) -> None:
             ("Deployment", SCHED),
             ("PodDisruptionBudget", FULL),
             ("PodDisruptionBudget", SCHED),
+            ("ValidatingAdmissionPolicy", f"{CLUSTER}-admission-record"),
+            ("ValidatingAdmissionPolicyBinding", f"{CLUSTER}-admission-record"),
         ]
     )
+
+
+def test_admission_record_policy_exempts_only_gpurosters_account(
+    default: rendering.Rendered,
+) -> None:
+    vap = default.one("ValidatingAdmissionPolicy", f"{CLUSTER}-admission-record")
+    (cond,) = vap["spec"]["matchConditions"]
+    assert cond["expression"] == f'request.userInfo.username != "system:serviceaccount:{NS}:{FULL}"'
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    keys = vap["spec"]["variables"][0]["expression"]
+    for k in ("gpuroster.io/block", "gpuroster.io/admitted-at", "gpuroster.io/node"):
+        assert k in keys
+    binding = default.one("ValidatingAdmissionPolicyBinding", f"{CLUSTER}-admission-record")
+    assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 def test_every_object_carries_the_release_labels(default: rendering.Rendered) -> None:
@@ -127,7 +143,8 @@ def test_every_object_carries_the_release_labels(default: rendering.Rendered) ->
 
 
 def test_namespaced_objects_land_in_the_release_namespace(default: rendering.Rendered) -> None:
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding"}
     for obj in default.objects:
         ns = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
