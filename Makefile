@@ -70,6 +70,7 @@ test-e2e: venv cluster-bin
 # Everything; fails on any failure, after running all of it.
 test: venv cluster-bin
 	run=$$(date +%s)-$$$$; rc=0; \
+	$(MAKE) --no-print-directory lint || rc=$$?; \
 	$(PYTEST) -m 'not e2e' tests || rc=$$?; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
 	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
