@@ -70,7 +70,7 @@ test-e2e: venv cluster-bin
 # Everything; fails on any failure, after running all of it.
 test: venv cluster-bin
 	run=$$(date +%s)-$$$$; rc=0; \
-	$(MAKE) --no-print-directory lint || rc=$$?; \
+	( $(LINT) ) || rc=$$?; \
 	$(PYTEST) -m 'not e2e' tests || rc=$$?; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
 	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
@@ -79,12 +79,12 @@ test: venv cluster-bin
 # --- quality gates -------------------------------------------------------------
 HELM = $$(bash e2e/build-control-plane.sh --print-bin)/helm
 
+LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender \
+	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
+	&& $(VENV)/bin/hadolint Containerfile
+
 lint: venv cluster-bin
-	$(PY) -m ruff check extender tests e2e
-	$(PY) -m mypy extender
-	$(VENV)/bin/lint-imports
-	$(HELM) lint --strict helm/gpuroster
-	$(VENV)/bin/hadolint Containerfile
+	$(LINT)
 
 # Known vulnerabilities in the installed dependencies (needs PyPI's advisory API).
 audit: venv
