@@ -10,6 +10,9 @@
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
+#   make load / soak     loopback load on the extender; 5-minute soak with memory check
+#   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
+#   make audit           pip-audit of the installed dependencies
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -86,10 +89,23 @@ LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender \
 lint: venv cluster-bin
 	$(LINT)
 
-# Known vulnerabilities in the installed dependencies (needs PyPI's advisory API).
+# Known vulnerabilities in the installed dependencies. --strict fails when a package
+# cannot be audited (no advisory service reachable) instead of passing silently.
 audit: venv
 	$(PY) -m pip install -q pip-audit
-	$(VENV)/bin/pip-audit --skip-editable
+	$(PY) -m pip_audit --strict --progress-spinner off
+
+# Loopback load on filter/prioritize, 1,000 nodes: 50, 200 and 1,000 connections.
+load: venv
+	$(PY) bench/load.py --levels 50,200,1000 --seconds 20
+
+# 5 minutes at 200 connections, server RSS sampled; fails on errors or > 20 MiB growth.
+soak: venv
+	$(PY) bench/load.py --soak 300 --connections 200 --max-growth-mb 20
+
+# 5,000 pods over 512 fake GPU nodes through the real kube-scheduler.
+bench-scale: venv cluster-bin
+	$(PY) bench/cluster_scale.py --pods 5000 --nodes 512 --step-seconds 20
 
 # --- the main jobs ---------------------------------------------------------------
 
