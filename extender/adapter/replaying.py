@@ -428,7 +428,7 @@ def replay(
         core.create_namespaced_config_map(namespace, cm)
         apps.create_namespaced_deployment(namespace, dep)
 
-    t0 = time.time() + 4.0  # room for the extender to start and sync before step 0
+    t0 = time.time() + 8.0  # room for the extender to start, sync and place the first replicas
     log_name = f"extender-{s.name}-{policy}"
     control = ReplayControl(
         lambda n: _Extender(
