@@ -461,15 +461,19 @@ def replay(
                 submitted.add(j.name)
                 for pod in job_pods(j, G, s.step_minutes, namespace):
                     core.create_namespaced_pod(namespace, pod)
-            # the true demand of past steps, as monitoring would have recorded it
+            _sleep_until(t0 + t * S + 0.85 * S)
+            samples.append(_sample(core, namespace, t, s))
+            # This step's true demand, as monitoring recorded it, lands before the next
+            # boundary, so the next step's first plan sees every past step (the
+            # controller reads `observed` only up to the step it plans, never this one's).
+            # Written at the next step's start instead, the boundary plan would see one
+            # step less than the re-plan a moment later, and the two would disagree.
             for v in s.services:
                 core.patch_namespaced_config_map(
                     f"{v.name}-demand",
                     namespace,
-                    {"data": {"observed": json.dumps(list(v.demand[:t]))}},
+                    {"data": {"observed": json.dumps(list(v.demand[: t + 1]))}},
                 )
-            _sleep_until(t0 + t * S + 0.85 * S)
-            samples.append(_sample(core, namespace, t, s))
             _schedule_ends(core, namespace, s, t0, S, first_bound(samples), notes)
             ext = control.extender
             if ext.proc.poll() is not None and not control.killed:

@@ -99,6 +99,8 @@ class Controller:
         self._reservations: dict[str, int] = {}  # service -> peak of its explicit curve
         self._past_forecasts: dict[str, tuple[float, ...]] = {}  # what the curve said before
         self._woken: dict[str, int] = {}
+        # service -> (step, replicas added this step, replicas removed this step)
+        self._moved: dict[str, tuple[int, int, int]] = {}
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -345,9 +347,12 @@ class Controller:
                 lo = max(0, step - HISTORY_KEEP)
                 told = tuple(float(d.curve[k % L]) for k in range(lo, max(lo, step)))
                 self._past_forecasts[sv.spec.name] = told
-                if d.observed:  # what monitoring saw; else assume the curve came true
-                    return fc, tuple(float(x) for x in d.observed[lo:step])
-                return fc, told
+                # What monitoring saw; where it has not reported a step yet, assume the
+                # curve came true, so past demand and past forecast stay step-aligned.
+                seen = d.observed
+                past = tuple(float(seen[k]) if k < len(seen) else told[k - lo]
+                             for k in range(lo, max(lo, step)))
+                return fc, past
             history: Sequence[float] = d.history
             spd = d.steps_per_day or s.steps_per_day()
         else:
@@ -446,7 +451,7 @@ class Controller:
             if sv is None:
                 continue
             per = sv.spec.gpus_per_replica
-            want = len(gpus) // per
+            want = self._within_swap_budget(sv, len(gpus) // per, step)
             ns, dep = name.split("/", 1)
             if want < sv.replicas:
                 self._steer_scale_down(snap, sv, planned.get(name, {}))
@@ -454,6 +459,11 @@ class Controller:
                 try:
                     self.client.scale(ns, dep, want)
                     scaled[name] = want
+                    st, up, down = self._moved.get(name, (step, 0, 0))
+                    if st != step:
+                        up, down = 0, 0
+                    self._moved[name] = (step, up + max(0, want - sv.replicas),
+                                         down + max(0, sv.replicas - want))
                     log.info("service %s: %d -> %d replicas at step %d", name, sv.replicas,
                              want, step)
                 except kube.ApiError as e:
@@ -465,6 +475,24 @@ class Controller:
                 for p in sv.pending:
                     self._wake(p, step)
         return scaled
+
+    def _within_swap_budget(self, sv: snapshot.ServiceInfo, want: int, step: int) -> int:
+        """A re-plan mid-step may undo part of the step's first scaling (a gang ended
+        just after the boundary and freed GPUs). The plan's swap count is taken from
+        the step's starting set, but pods removed earlier in the step are gone: growing
+        back costs new pods. So a scale-up after a scale-down in the same step is held
+        to what is left of max_swap; a scale-down is never held back (a gang may have
+        been promised those GPUs)."""
+        st, up, down = self._moved.get(sv.spec.name, (step, 0, 0))
+        if st != step or down == 0 or want <= sv.replicas:
+            return want
+        left = max(0, sv.spec.max_swap // sv.spec.gpus_per_replica - up - down)
+        held = min(want, sv.replicas + left)
+        if held < want:
+            log.info("service %s: held at %d replicas (plan %d): %d removed earlier in "
+                     "step %d, max_swap %d", sv.spec.name, held, want, down, step,
+                     sv.spec.max_swap)
+        return held
 
     def _steer_scale_down(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
                           planned: Mapping[str, int]) -> None:

@@ -402,6 +402,47 @@ def test_replanning_mid_step_keeps_the_swap_cap() -> None:
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 4
 
 
+class Scripted:
+    """A stand-in planner that gives the service the next count of a script: the
+    commit logic is under test here, not the planner's choice."""
+
+    name = "scripted"
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = counts
+
+    def plan(self, inp: Any) -> Any:
+        from extender.planner import model
+        n = self.counts.pop(0)
+        return model.Plan(now=inp.now, service_gpus={"ns/svc": frozenset(range(n))})
+
+
+def test_a_mid_step_scale_up_after_a_scale_down_stays_within_max_swap() -> None:
+    # The boundary plan sheds one replica (a gang still holds GPUs); a re-plan in the
+    # same step, after the gang ended, wants two more than that. The pod that went
+    # is gone, so only one may come back: one out plus one in is the cap of 2.
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="8"))
+    rig.fake.add("deployments", deployment("svc", replicas=7, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
+    rig.ctl.policy = Scripted([6, 8, 8, 9, 6])
+    replicas = lambda: rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"]  # noqa: E731
+    rig.clock.advance(rig.settings.step_seconds)
+    rig.step()
+    assert replicas() == 6
+    rig.clock.advance(1)
+    rig.step()
+    assert replicas() == 7  # held: 1 out, 1 in
+    rig.clock.advance(rig.settings.step_seconds - 1)
+    rig.step()
+    assert replicas() == 8  # a new step, a new budget
+    rig.advance()
+    assert replicas() == 9
+    rig.clock.advance(1)
+    rig.step()
+    assert replicas() == 6  # a scale-down is never held: a gang may need those GPUs
+
+
 def test_gpus_of_a_service_with_a_broken_demand_source_stay_out_of_the_plan() -> None:
     # Eight replicas run on node 0; their demand ConfigMap is missing. The service
     # cannot be planned, but a new 8-GPU gang must not be promised node 0.
@@ -449,3 +490,19 @@ def test_service_pods_where_the_plan_did_not_put_them_still_hold_their_gpus() ->
     keys = gang(rig.fake, "whole", 1, 8)
     r = rig.advance()
     assert "ns/whole" not in r.admitted, rig.notes(keys[0]).get(ann.BLOCK)
+
+
+def test_observed_demand_not_yet_reported_is_filled_from_the_curve() -> None:
+    # Monitoring has reported step 0 only; planning step 3 must still see three past
+    # steps, aligned with what the curve said for them.
+    rig = Rig(nodes=1)
+    rig.fake.add("configmaps", configmap("d", curve="[2, 4]", observed="[5]"))
+    rig.fake.add("deployments", deployment("svc", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
+    rig.clock.advance(3 * rig.settings.step_seconds)
+    rig.sync()
+    inp, problems = rig.ctl.plan_input(rig.ctl.take_snapshot(), 3, rig.clock.now())
+    assert problems == {}
+    (sv,) = inp.services
+    assert sv.past_demand == (5, 4, 2)
+    assert sv.past_forecast == (2, 4, 2)
