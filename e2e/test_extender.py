@@ -256,6 +256,9 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         else:
             seen.append((step, rep))
         time.sleep(STEP / 5)
+    # The last step seen may have been cut short by the deadline right after its
+    # boundary, before the controller scaled: its count is not the step's.
+    seen = seen[:-1]
     values = [r for _, r in seen]
     assert max(values) == max(curve), seen
     assert min(values[2:]) <= 3, seen  # it sheds in the troughs
