@@ -15,7 +15,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,6 +348,25 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _service_churn(doc: Mapping[str, Any], s: model.Scenario) -> dict[str, list[int]] | None:
+    """A cluster's result judges the swap cap by its pods (`service_churn`); any other
+    result by the GPUs in its grid."""
+    if doc.get("source") != "cluster":
+        return None
+    churn = doc.get("service_churn")
+    if not isinstance(churn, dict):
+        raise ValueError("a cluster result needs service_churn: per service, pods in+out per step")
+    out: dict[str, list[int]] = {}
+    for v in s.services:
+        steps = churn.get(v.name)
+        if not isinstance(steps, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in steps
+        ):
+            raise ValueError(f"service_churn.{v.name}: expected a list of counts >= 0")
+        out[v.name] = steps
+    return out
+
+
 def check_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuroster check", description="check a result file against its scenario"
@@ -359,10 +378,11 @@ def check_main(argv: Sequence[str]) -> int:
         s = scenarios.load(scenarios.resolve(args.scenario))
         doc = json.loads(args.result.read_text(encoding="utf-8"))
         grid, _ = metrics.index_grid(s, doc["grid"])
+        churn = _service_churn(doc, s)
     except (scenarios.ScenarioError, ValueError, KeyError, OSError) as e:
         print(f"gpuroster check: {e}", file=sys.stderr)
         return 2
-    problems = legality.violations(s, grid)
+    problems = legality.violations(s, grid, churn=churn)
     m = metrics.compute(s, grid)
     written = doc.get("metrics", {})
     for key in (

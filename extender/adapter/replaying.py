@@ -597,6 +597,16 @@ def first_bound(samples: list[Sample]) -> dict[str, int]:
     return out
 
 
+def _free_run(grid: np.ndarray, g: int, steps: list[int], at: int) -> int:
+    """How many of steps[at:] in a row GPU g is free for."""
+    n = 0
+    for t in steps[at:]:
+        if grid[g, t] != -1:
+            break
+        n += 1
+    return n
+
+
 def _rebuild(
     s: model.Scenario, pods: list[Any], samples: list[Sample], t0: float, S: float, notes: list[str]
 ) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
@@ -654,7 +664,8 @@ def _rebuild(
     # Services: Kubernetes counts GPUs per node, not which ones. A pod never changes
     # node, so it is drawn on one GPU of its node that stays free (of job blocks and
     # other service pods) for its whole life, highest first; only where none does
-    # is it drawn step by step.
+    # is it drawn in runs: from each step, on the GPU that stays free the longest
+    # (fewest moves for this pod; a move is bookkeeping, the pod never left).
     lives: dict[str, tuple[int, str, list[int]]] = {}  # uid -> (service, node, steps)
     for sample in samples:
         for k, v in enumerate(s.services):
@@ -669,12 +680,18 @@ def _rebuild(
         if whole is not None:
             grid[whole, steps] = nj + k
             continue
-        for t in steps:
-            g = next((g for g in gpus if grid[g, t] == -1), None)
-            if g is None:
-                notes.append(f"{s.services[k].name}: no free GPU on {node} at step {t} for a pod")
-            else:
-                grid[g, t] = nj + k
+        at = 0
+        while at < len(steps):
+            run = {g: _free_run(grid, g, steps, at) for g in gpus}
+            g = max(gpus, key=lambda x: run[x])  # ties: the highest GPU, as above
+            if run[g] == 0:
+                notes.append(
+                    f"{s.services[k].name}: no free GPU on {node} at step {steps[at]} for a pod"
+                )
+                at += 1
+                continue
+            grid[g, steps[at : at + run[g]]] = nj + k
+            at += run[g]
     return grid, starts, ends
 
 

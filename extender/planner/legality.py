@@ -6,6 +6,8 @@ cluster replay and any other implementation the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from extender.planner import model
@@ -18,8 +20,18 @@ class IllegalGrid(ValueError):
         super().__init__("illegal grid:\n  " + "\n  ".join(violations[:20]) + more)
 
 
-def violations(s: model.Scenario, grid: np.ndarray) -> list[str]:
-    """Every rule broken by `grid` (int grid: jobs then services in file order, -1 idle)."""
+def violations(
+    s: model.Scenario,
+    grid: np.ndarray,
+    churn: Mapping[str, Sequence[int]] | None = None,
+) -> list[str]:
+    """Every rule broken by `grid` (int grid: jobs then services in file order, -1 idle).
+
+    `churn` judges the swap cap for grids read back from a cluster, where a service's
+    replicas carry no GPU identity (Kubernetes counts GPUs per node): per service and
+    step, the replicas that came plus those that went since the step before. Given,
+    it replaces the count of GPUs entering and leaving each service's set.
+    """
     out: list[str] = []
     N, T = s.cluster.gpus, s.duration_steps
     if grid.shape != (N, T):
@@ -59,6 +71,14 @@ def violations(s: model.Scenario, grid: np.ndarray) -> list[str]:
                 out.append(f"{j.name}: block moved or changed size at step {int(t)}")
                 break
     for k, v in enumerate(s.services):
+        if churn is not None:
+            for t, n in enumerate(churn.get(v.name, ())):
+                if t > 0 and n > v.max_swap:
+                    out.append(
+                        f"{v.name}: {n} pods in and out between steps {t - 1} and {t} "
+                        f"(max_swap {v.max_swap})"
+                    )
+            continue
         held = grid == nj + k
         for t in range(1, T):
             swapped = int(np.count_nonzero(held[:, t] != held[:, t - 1]))

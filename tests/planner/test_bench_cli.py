@@ -53,6 +53,31 @@ def test_bench_prints_the_table_and_writes_checkable_results(
     assert cli.main(["check", "training-heavy", str(forged)]) == 1
 
 
+def test_check_judges_a_cluster_result_by_its_pod_churn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert cli.main(["bench", "forecast-error", "--policies", "gpuroster", "--out", str(out),
+                     "--quiet"]) == 0
+    doc = json.loads((out / "forecast-error.gpuroster.json").read_text())
+    steps = doc["steps"]
+    doc["source"] = "cluster"
+    f = tmp_path / "cluster.json"
+    f.write_text(json.dumps(doc))
+    assert cli.main(["check", "forecast-error", str(f)]) == 2  # no churn: cannot judge
+    assert "service_churn" in capsys.readouterr().err
+    doc["service_churn"] = {"chat": [0] * steps, "code-assist": [0] * steps}
+    f.write_text(json.dumps(doc))
+    assert cli.main(["check", "forecast-error", str(f)]) == 0
+    doc["service_churn"]["chat"][7] = 3  # over max_swap 2
+    f.write_text(json.dumps(doc))
+    assert cli.main(["check", "forecast-error", str(f)]) == 1
+    assert "chat: 3 pods in and out between steps 6 and 7" in capsys.readouterr().out
+    doc["service_churn"]["chat"][7] = -1
+    f.write_text(json.dumps(doc))
+    assert cli.main(["check", "forecast-error", str(f)]) == 2
+
+
 def test_bench_refuses_bad_scenarios_before_running_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

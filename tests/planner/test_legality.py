@@ -75,3 +75,14 @@ def test_unknown_names_and_shapes_are_rejected() -> None:
         metrics.index_grid(S, [["ghost"] * 4] * 8)
     with pytest.raises(ValueError, match="rows"):
         metrics.index_grid(S, [[None] * 4] * 3)
+
+
+def test_a_cluster_grid_judges_the_swap_cap_by_pod_churn() -> None:
+    # The service's one replica drawn on GPU 0, then GPU 1: two GPU swaps, over max_swap 1
+    # on the grid; on a cluster the pod never moved (no churn), so it is legal there,
+    # and a real churn over the cap is caught instead.
+    moved = only(g0="ss..", g1="..ss")
+    assert any("svc: swaps 2" in v for v in legality.violations(S, grid(moved)))
+    assert legality.violations(S, grid(moved), churn={"svc": [0, 0, 0, 0]}) == []
+    found = legality.violations(S, grid(moved), churn={"svc": [0, 0, 2, 0]})
+    assert found == ["svc: 2 pods in and out between steps 1 and 2 (max_swap 1)"]
