@@ -459,9 +459,7 @@ class Controller:
                 try:
                     self.client.scale(ns, dep, want)
                     scaled[name] = want
-                    st, up, down = self._moved.get(name, (step, 0, 0))
-                    if st != step:
-                        up, down = 0, 0
+                    up, down = self._moves_in(name, step)
                     self._moved[name] = (step, up + max(0, want - sv.replicas),
                                          down + max(0, sv.replicas - want))
                     log.info("service %s: %d -> %d replicas at step %d", name, sv.replicas,
@@ -476,6 +474,11 @@ class Controller:
                     self._wake(p, step)
         return scaled
 
+    def _moves_in(self, service: str, step: int) -> tuple[int, int]:
+        """(replicas added, replicas removed) for `service` so far in `step`."""
+        st, up, down = self._moved.get(service, (step, 0, 0))
+        return (up, down) if st == step else (0, 0)
+
     def _within_swap_budget(self, sv: snapshot.ServiceInfo, want: int, step: int) -> int:
         """A re-plan mid-step may undo part of the step's first scaling (a gang ended
         just after the boundary and freed GPUs). The plan's swap count is taken from
@@ -483,8 +486,8 @@ class Controller:
         back costs new pods. So a scale-up after a scale-down in the same step is held
         to what is left of max_swap; a scale-down is never held back (a gang may have
         been promised those GPUs)."""
-        st, up, down = self._moved.get(sv.spec.name, (step, 0, 0))
-        if st != step or down == 0 or want <= sv.replicas:
+        up, down = self._moves_in(sv.spec.name, step)
+        if down == 0 or want <= sv.replicas:
             return want
         left = max(0, sv.spec.max_swap // sv.spec.gpus_per_replica - up - down)
         held = min(want, sv.replicas + left)
