@@ -422,8 +422,13 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     nodes = len(core.list_node(label_selector=objects.TOPOLOGY_ORDER_LABEL).items)
     total = nodes * 8
     peak = total // 2
-    # Peak for 4 steps, trough for 8: a reservation at the peak would leave half the GPUs.
-    curve = [peak] * 4 + [0] * 8
+    # Peak for 3 steps, trough for 9: a reservation at the peak would leave half the GPUs.
+    # Steps count from the extender's start, so the peak is now. The gangs last 6 steps:
+    # two fit beside the peak, and the other two can only start in the trough, while the
+    # first two still run. Created up to 6 steps late, all four still overlap in the
+    # trough. (With 3-step gangs the plan may rightly run them two by two, and whether
+    # four were ever bound at once was down to KWOK's timing.)
+    curve = [peak] * 3 + [0] * 9
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
     tmpl = objects.pod("svc", gpus=1)["spec"]
@@ -436,7 +441,7 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "svc"}},
                  "template": {"metadata": {"labels": {"app": "svc"}}, "spec": tmpl}}})
     # One node's worth of batch per gang, as many gangs as the cluster has nodes.
-    gangs = [gang_pods(core, namespace, f"b{i}", 1, 8, runtime="6s", duration="6s")
+    gangs = [gang_pods(core, namespace, f"b{i}", 1, 8, runtime="12s", duration="12s")
              for i in range(nodes)]
     most_batch = most_service = 0
     deadline = time.monotonic() + len(curve) * STEP * 2.5
