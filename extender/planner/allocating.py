@@ -159,7 +159,13 @@ class Gpuroster:
         seen: set[tuple[str, ...]] = set()
         # Trying several orders pays on small queues; on long ones one pass is the budget.
         orders = o.orders if len(inp.queued) <= o.multi_order_max_queue else o.orders[:1]
+        # Every job starting now is the most any order can score: once an order
+        # reaches that, the others cannot win.
+        cum = _cumulative_weights(o.decay, W)
+        ceiling = sum(q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in inp.queued)
         for order in orders:
+            if best.score >= ceiling:
+                break
             queue = starving + _ordered(rest, order)
             key = tuple(q.name for q in queue)
             if key in seen:
@@ -221,10 +227,7 @@ class Gpuroster:
         # Capacity already excludes unavailable GPUs; count only batch work against it.
         slack = [capacity[k] - (occ[k].bit_count() - n_unavailable) for k in range(W)]
         cand = _Candidate(score=0.0)
-        weights = [1.0 / (1.0 + o.decay * k) for k in range(W)]
-        cum = [0.0]
-        for w in weights:
-            cum.append(cum[-1] + w)
+        cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
@@ -238,26 +241,39 @@ class Gpuroster:
             if any(size >= fs and d >= fd for fs, fd in failed):
                 continue
             placed = False
-            # nxt[t]: the first step >= t where the services' curve leaves too little
-            # room for this job; no start whose run covers it can work.
-            nxt = [W] * (W + 1)
-            for t in range(W - 1, -1, -1):
-                nxt[t] = t if slack[t] < size else nxt[t + 1]
             k = 0
             while k < R:
                 end = k + d if k + d < W else W
-                blocked = nxt[k]
-                if blocked < end:
+                # A step where the services' curve leaves too little room for this job
+                # rules out every start whose run covers it: jump past it.
+                busy = 0
+                blocked = -1
+                for t in range(k, end):
+                    if slack[t] < size:
+                        blocked = t
+                        break
+                    busy |= occ[t]
+                if blocked >= 0:
                     k = blocked + 1
                     continue
-                busy = 0
-                for t in range(k, end):
-                    busy |= occ[t]
                 free = full & ~busy
                 free &= ~locked[k]
                 starts = blocks.start_positions(free, size, c)
                 if not starts:
+                    # The next start sees the same window (and fails the same way)
+                    # while the step it drops matches one it keeps, the step it adds
+                    # matches one it had, and neither the services' room nor their
+                    # locked GPUs change: slide over those without re-reading it.
                     k += 1
+                    while (
+                        k < R
+                        and k + d <= W
+                        and occ[k - 1] == occ[k]
+                        and occ[k + d - 1] == occ[k + d - 2]
+                        and slack[k + d - 1] >= size
+                        and locked[k] == locked[k - 1]
+                    ):
+                        k += 1
                     continue
                 # Fullness counts batch work only: a node shared with a service is
                 # not "snug", since the service moves and jobs do not.
@@ -288,6 +304,15 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
     if order == "value-density":
         return sorted(queue, key=lambda q: (-q.priority * q.gpus, q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _cumulative_weights(decay: float, W: int) -> tuple[float, ...]:
+    """cum[k]: the reward weight 1 / (1 + decay * i) summed over steps i < k."""
+    cum = [0.0]
+    for i in range(W):
+        cum.append(cum[-1] + 1.0 / (1.0 + decay * i))
+    return tuple(cum)
 
 
 @functools.cache
