@@ -288,6 +288,7 @@ def workload_access(namespace: str | None) -> list[Access]:
         *(Access(v, "pods", namespace=namespace) for v in ("get", "list", "watch", "patch")),
         Access("create", "pods", subresource="binding", namespace=namespace),
         Access("patch", "pods", subresource="status", namespace=namespace),
+        Access("create", "pods", subresource="eviction", namespace=namespace),
         Access("create", "events", namespace=namespace),
         Access("create", "events", group="events.k8s.io", namespace=namespace),
         *(Access(v, "deployments", group="apps", namespace=namespace)
@@ -308,7 +309,6 @@ def refused_access(namespace: str) -> list[Access]:
         Access("deletecollection", "pods", namespace=namespace),
         Access("create", "pods", namespace=namespace),
         Access("update", "pods", namespace=namespace),
-        Access("create", "pods", subresource="eviction", namespace=namespace),
         # The legacy top-level resource; the code binds through pods/binding.
         Access("create", "bindings", namespace=namespace),
         Access("create", "pods", subresource="exec", namespace=namespace),

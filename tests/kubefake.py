@@ -33,6 +33,7 @@ class FakeKube:
         self.events: list[Obj] = []
         self.fail_patch: set[str] = set()  # pod keys whose patch fails
         self.fail_bind: set[str] = set()
+        self.fail_evict: set[str] = set()  # pod keys a disruption budget protects
         self.lists = 0
 
     # --- test helpers -------------------------------------------------------------
@@ -146,6 +147,16 @@ class FakeKube:
         dep = copy.deepcopy(self.objects["deployments"][f"{namespace}/{name}"])
         dep["spec"]["replicas"] = replicas
         self.add("deployments", dep)
+
+    def evict(self, namespace: str, name: str) -> None:
+        k = f"{namespace}/{name}"
+        self.calls.append(("evict", k))
+        if k in self.fail_evict:
+            raise kube.ApiError(429, "Cannot evict pod as it would violate the pod's "
+                                     "disruption budget.")
+        if k not in self.objects["pods"]:
+            raise kube.ApiError(404, f"pods {name!r} not found")
+        self.delete("pods", k)
 
     def get_configmap(self, namespace: str, name: str) -> Obj | None:
         return self.objects["configmaps"].get(f"{namespace}/{name}")

@@ -46,6 +46,8 @@ class Kube(Protocol):
 
     def scale(self, namespace: str, name: str, replicas: int) -> None: ...
 
+    def evict(self, namespace: str, name: str) -> None: ...
+
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
@@ -165,6 +167,15 @@ class Client:
                 name, namespace, {"spec": {"replicas": replicas}}, _preload_content=False,
                 _content_type=MERGE,
                 _request_timeout=self.timeout)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """The Eviction API, not a delete: a PodDisruptionBudget can refuse it (429)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}}
+        with _errors():
+            self.core.create_namespaced_pod_eviction(name, namespace, body,
+                                                     _preload_content=False,
+                                                     _request_timeout=self.timeout)
 
 
 class _errors:

@@ -122,6 +122,9 @@ class _StaticCluster:
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         return None
 
+    def evict(self, namespace: str, name: str) -> None:
+        return None
+
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
 

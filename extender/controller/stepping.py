@@ -455,6 +455,8 @@ class Controller:
             ns, dep = name.split("/", 1)
             if want < sv.replicas:
                 self._steer_scale_down(snap, sv, planned.get(name, {}))
+            elif want == sv.replicas:
+                self._move(snap, sv, planned.get(name, {}), step)
             if want != sv.replicas:
                 try:
                     self.client.scale(ns, dep, want)
@@ -496,6 +498,58 @@ class Controller:
                      "step %d, max_swap %d", sv.spec.name, held, want, down, step,
                      sv.spec.max_swap)
         return held
+
+    def _move(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+              planned: Mapping[str, int], step: int) -> None:
+        """The plan moved some of the service's GPUs to another node at the same count
+        (a gang took the ones it had, or will soon). A replica count cannot say that:
+        evict the pods on nodes holding more than the plan gives them there. The
+        Deployment replaces each, and the filter puts the new pod where the plan has
+        room. A move is one pod out and one in, so at most half of what is left of
+        max_swap this step; a disruption budget may refuse (then the next round tries)."""
+        name, per = sv.spec.name, sv.spec.gpus_per_replica
+        up, down = self._moves_in(name, step)
+        budget = max(0, sv.spec.max_swap // per - up - down) // 2
+        # Room where the plan holds GPUs the service's pods do not use yet, less what
+        # its pending pods (replacements on their way) will take.
+        room = sum(max(0, n - sv.gpus_by_node.get(node, 0))
+                   for node, n in planned.items()) // per - len(sv.pending)
+        if budget <= 0 or room <= 0:
+            return
+        on_node: dict[str, list[Obj]] = {}
+        leaving: dict[str, int] = {}
+        for k, svc in snap.pod_service.items():
+            pod = snap.pods.get(k)
+            if svc != name or pod is None or not snapshot.pod_live(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node:
+                continue
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                leaving[node] = leaving.get(node, 0) + per
+            else:
+                on_node.setdefault(node, []).append(pod)
+        victims: list[Obj] = []
+        for node, pods in sorted(on_node.items()):
+            surplus = sv.gpus_by_node.get(node, 0) - leaving.get(node, 0) - planned.get(node, 0)
+            # The newest pods go first: the least warmed up.
+            pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
+                      reverse=True)
+            victims += pods[:max(0, -(-surplus // per))]
+        moved = 0
+        for pod in victims[:min(budget, room)]:
+            m = pod.get("metadata") or {}
+            try:
+                self.client.evict(str(m.get("namespace")), str(m.get("name")))
+            except kube.ApiError as e:
+                log.info("service %s: could not move pod %s off %s: %s", name, m.get("name"),
+                         (pod.get("spec") or {}).get("nodeName"), e)
+                break
+            moved += 1
+        if moved:
+            self._moved[name] = (step, up + moved, down + moved)
+            log.info("service %s: moved %d pod(s) to where the plan holds its GPUs at step %d",
+                     name, moved, step)
 
     def _steer_scale_down(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
                           planned: Mapping[str, int]) -> None:

@@ -506,3 +506,68 @@ def test_observed_demand_not_yet_reported_is_filled_from_the_curve() -> None:
     (sv,) = inp.services
     assert sv.past_demand == (5, 4, 2)
     assert sv.past_forecast == (2, 4, 2)
+
+
+def test_a_gang_that_takes_a_service_s_gpus_moves_its_pods_by_eviction() -> None:
+    # Node 0: six GPUs held outside the plan, two free. Node 1: six service replicas,
+    # two free. A 4-GPU gang fits only on node 1 if two replicas move to node 0: the
+    # count stays 6, so only evicting the two pods there can make the move happen.
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="6"))
+    rig.fake.add("deployments", deployment("svc", replicas=6, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+    rig.fake.add("pods", make_pod("other").gpus(6).on("gpu-node-0").build())
+    for i in range(6):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on("gpu-node-1").created(f"2023-11-14T22:0{i}:00Z").build())
+    rig.step()  # the service as it is: no move without a reason
+    assert not [c for c in rig.fake.calls if c[0] == "evict"]
+    keys = gang(rig.fake, "four", 1, 4)
+    # The service can hand over only what its swap cap allows per step, so the plan
+    # moves two replicas now and starts the gang on their GPUs next step.
+    r = rig.advance()
+    assert r.plan.planned_start.get("ns/four") == 2
+    evicted = [c[1] for c in rig.fake.calls if c[0] == "evict"]
+    assert evicted == ["ns/svc-abc12-5", "ns/svc-abc12-4"]  # the newest two
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 6
+    # Their replacements (the ReplicaSet's job) may only go to node 0.
+    for i in range(2):
+        rig.fake.add("pods", make_pod(f"svc-abc12-new{i}").gpus(1)
+                     .owned_by_deployment("svc").build())
+    rig.sync()
+    for i in range(2):
+        passed, _ = rig.ctl.filter(rig.fake.pod(f"ns/svc-abc12-new{i}"),
+                                   ["gpu-node-0", "gpu-node-1"])
+        assert passed == ["gpu-node-0"]
+        rig.fake.bind("ns", f"svc-abc12-new{i}", None, "gpu-node-0")
+    r = rig.advance()
+    assert "ns/four" in r.admitted
+    assert rig.notes(keys[0])[ann.BLOCK].startswith("gpu-node-1:")
+    assert len([c for c in rig.fake.calls if c[0] == "evict"]) == 2  # nothing more moved
+
+
+def test_a_move_stays_within_max_swap_and_a_refused_eviction_changes_nothing_else() -> None:
+    # The same squeeze with max_swap 2: one move (one out, one in) per step at most.
+    # A disruption budget refuses the first eviction: nothing else is evicted, the
+    # budget is not spent, and the next round tries again.
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="6"))
+    rig.fake.add("deployments", deployment("svc", replicas=6, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
+    rig.fake.add("pods", make_pod("other").gpus(6).on("gpu-node-0").build())
+    for i in range(6):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on("gpu-node-1").created(f"2023-11-14T22:0{i}:00Z").build())
+    rig.step()
+    gang(rig.fake, "four", 1, 4)
+    rig.fake.fail_evict.add("ns/svc-abc12-5")
+    rig.advance()
+    evictions = [c[1] for c in rig.fake.calls if c[0] == "evict"]
+    assert evictions == ["ns/svc-abc12-5"]  # refused, and nothing after it
+    assert rig.ctl._moves_in("ns/svc", rig.ctl.table.step) == (0, 0)
+    rig.fake.fail_evict.clear()
+    rig.clock.advance(1)
+    rig.step()
+    evictions = [c[1] for c in rig.fake.calls if c[0] == "evict"]
+    assert evictions == ["ns/svc-abc12-5", "ns/svc-abc12-5"]  # one move: the cap of 2
+    assert rig.ctl._moves_in("ns/svc", rig.ctl.table.step) == (1, 1)

@@ -28,6 +28,7 @@ WORKLOAD_GRANTS = {
     ("", "pods", "patch", "*"),
     ("", "pods/binding", "create", "*"),
     ("", "pods/status", "patch", "*"),
+    ("", "pods/eviction", "create", "*"),
     ("", "events", "create", "*"),
     ("events.k8s.io", "events", "create", "*"),
     ("apps", "deployments", "get", "*"),

@@ -187,6 +187,11 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
+# Moving a real-time replica to where the plan holds its GPUs (a gang took the old
+# ones): the Eviction API, so PodDisruptionBudgets are honoured. Never a plain delete.
+- apiGroups: [""]
+  resources: ["pods/eviction"]
+  verbs: ["create"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
