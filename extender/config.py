@@ -97,6 +97,14 @@ class Settings:
         return max(1, math.ceil(seconds / self.model_step_seconds() - 1e-9))
 
 
+def quiet_tail_seconds(step_seconds: float) -> float:
+    """The last moments of a step in which the controller does not re-plan: a plan
+    then would commit for a step about to end, and the boundary plan would redo it
+    with a fresh swap budget (twice the churn in one step's time). Changes that late
+    wait for the boundary plan."""
+    return min(1.0, step_seconds / 10)
+
+
 def validate(s: Settings) -> None:
     def bad(name: str, why: str) -> ConfigError:
         return ConfigError(f"GPUROSTER_{name.upper()}: {why}")

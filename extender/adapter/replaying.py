@@ -39,6 +39,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from extender import config
 from extender.adapter import annotations as ann
 from extender.planner import model
 
@@ -428,7 +429,10 @@ def replay(
         core.create_namespaced_config_map(namespace, cm)
         apps.create_namespaced_deployment(namespace, dep)
 
-    t0 = time.time() + 8.0  # room for the extender to start, sync and place the first replicas
+    # Room for the extender to start, sync and place the first replicas. Whole
+    # milliseconds: the extender gets it as its epoch in that form, and both sides
+    # must put an admission right after a boundary in the same step.
+    t0 = round(time.time() + 8.0, 3)
     log_name = f"extender-{s.name}-{policy}"
     control = ReplayControl(
         lambda n: _Extender(
@@ -455,8 +459,14 @@ def replay(
         if on_extender:
             on_extender(extender_port)
         submitted: set[str] = set()
+        # What the simulator's plan for step t sees, the boundary plan must see too:
+        # the jobs that arrive in step t and those that end with step t-1. Both land
+        # in the extender's quiet tail of step t-1, after that step's sample: the
+        # extender plans nothing there, so its first plan for step t is the first to
+        # see them, as in the simulator.
+        tail = config.quiet_tail_seconds(S)
         for t in range(T):
-            _sleep_until(t0 + t * S + 0.02 * S)
+            _sleep_until(t0 + t * S - 0.9 * tail)
             for j in by_arrival.get(t, []):
                 submitted.add(j.name)
                 for pod in job_pods(j, G, s.step_minutes, namespace):
@@ -517,18 +527,22 @@ def _schedule_ends(
     started: dict[str, int],
     notes: list[str],
 ) -> None:
-    """Give each newly started job its completion time: just past the boundary of
+    """Give each newly started job its completion time: just before the boundary of
     the step its true duration ends on, counted from the step its gang was bound,
-    so the cluster's steps match the simulator's. KWOK's pod-complete stage reads
-    the RFC 3339 time from the annotation."""
+    so the cluster's steps match the simulator's. That is after the step's sample
+    and inside the extender's quiet tail, so the boundary plan sees the job gone,
+    as the simulator's does; just past the boundary, the boundary plan would still
+    see it running and commit around it. KWOK's pod-complete stage reads the
+    RFC 3339 time from the annotation."""
     jobs = {j.name: j for j in s.jobs}
+    tail = config.quiet_tail_seconds(S)
     for p in core.list_namespaced_pod(ns, label_selector=f"{BENCH_LABEL}=job").items:
         a = p.metadata.annotations or {}
         name = (p.metadata.labels or {}).get("gpuroster.io/job", "")
         j = jobs.get(name)
         if SIMULATED_RUNTIME in a or j is None or name not in started:
             continue
-        end = datetime.fromtimestamp(t0 + (started[name] + j.duration_steps) * S + 0.05 * S, UTC)
+        end = datetime.fromtimestamp(t0 + (started[name] + j.duration_steps) * S - 0.8 * tail, UTC)
         try:
             core.patch_namespaced_pod(
                 p.metadata.name,

@@ -140,6 +140,7 @@ class Controller:
         # Between boundaries, re-plan on cache changes (new pods can start this step),
         # at most every `min_gap` seconds; the step number only moves at boundaries.
         min_gap = min(10.0, max(0.2, self.settings.step_seconds / 5))
+        tail = config.quiet_tail_seconds(self.settings.step_seconds)
         last = -math.inf
         while not self._stop.is_set():
             if not self.cache.synced():
@@ -147,7 +148,8 @@ class Controller:
                 continue
             now = self.clock.now()
             boundary = self.step_of(now) != self.table.step
-            if boundary or (self._dirty.is_set() and now - last >= min_gap):
+            late = self.time_of(self.table.step + 1) - now < tail
+            if boundary or (self._dirty.is_set() and now - last >= min_gap and not late):
                 self._dirty.clear()
                 last = now
                 try:
@@ -162,7 +164,7 @@ class Controller:
                 continue
             until_boundary = self.time_of(self.table.step + 1) - now
             wait = min(until_boundary, max(0.05, min_gap - (now - last)) if
-                       self._dirty.is_set() else until_boundary)
+                       self._dirty.is_set() and not late else until_boundary)
             if self._dirty.is_set():
                 self.clock.wait(self._stop, max(0.01, wait))
             else:
