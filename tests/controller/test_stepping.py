@@ -372,6 +372,30 @@ def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> Non
         rig.ctl.stop()
 
 
+def test_a_pod_in_a_step_s_last_tenth_waits_for_the_boundary_plan() -> None:
+    rig = Rig()
+    rig.ctl.start()
+    try:
+        deadline = time.monotonic() + 10
+        while rig.ctl.rounds < 1:
+            time.sleep(0.01)
+        first = rig.ctl.table.step
+        rig.clock.advance(rig.settings.step_seconds * 0.95)  # the quiet tail
+        gang(rig.fake, "g", 1, 2)
+        rig.sync()
+        rig.ctl.mark_dirty("pods")
+        time.sleep(0.5)
+        assert ann.BLOCK not in rig.notes("ns/g-0"), "planned in the tail"
+        assert rig.ctl.table.step == first
+        rig.clock.advance(rig.settings.step_seconds * 0.05)
+        while ann.BLOCK not in rig.notes("ns/g-0"):
+            assert time.monotonic() < deadline, "not admitted at the boundary"
+            time.sleep(0.01)
+        assert rig.ctl.table.step == first + 1
+    finally:
+        rig.ctl.stop()
+
+
 def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
     rig = Rig(nodes=1)
     rig.fake.add("deployments", deployment("svc", replicas=1, notes={
