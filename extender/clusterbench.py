@@ -152,6 +152,7 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
+    replaying.exit_on_termination()  # before the local cluster chains its own handlers
     try:
         paths = [scenarios.resolve(n) for n in (args.scenarios or scenarios.builtin_names())]
         loaded = [scenarios.load(p) for p in paths]

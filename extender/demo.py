@@ -60,6 +60,7 @@ def main(argv: Sequence[str]) -> int:
     )
     started = time.time()
     rows: list[benchmarking.Row] = []
+    replaying.exit_on_termination()  # before the local cluster chains its own handlers
     print(
         "  starting the local control plane (etcd, kube-apiserver, controller-manager, "
         "kube-scheduler, KWOK)...",

@@ -26,12 +26,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -115,6 +117,22 @@ def _ts(value: Any) -> float:
     if isinstance(value, datetime):
         return value.timestamp()
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def exit_on_termination() -> None:
+    """Make SIGTERM and SIGHUP unwind like Ctrl-C, so a replay's `finally` stops its
+    extender: in a session of its own, it would otherwise outlive a killed replay and
+    retry a control plane that is gone, for ever. Main thread only; a handler the
+    caller installed stays."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, leave)
 
 
 def node_body(index: int, gpus: int) -> dict[str, Any]:
