@@ -127,7 +127,9 @@ def _run(
         observe=line,
         on_extender=announce,
     )
-    problems = legality.violations(s, rep.grid)
+    # The swap cap judged on pod churn, as the cluster bench and `gpuroster check` do:
+    # which GPU index a service pod is drawn on in the rebuilt grid is bookkeeping.
+    problems = legality.violations(s, rep.grid, churn=rep.churn)
     for p in problems:
         print(f"  illegal: {p}")
     run = simulating.Run(s, policy, rep.grid, rep.names)
