@@ -532,18 +532,25 @@ def test_observed_demand_not_yet_reported_is_filled_from_the_curve() -> None:
     assert sv.past_forecast == (2, 4, 2)
 
 
-def test_a_gang_that_takes_a_service_s_gpus_moves_its_pods_by_eviction() -> None:
-    # Node 0: six GPUs held outside the plan, two free. Node 1: six service replicas,
-    # two free. A 4-GPU gang fits only on node 1 if two replicas move to node 0: the
-    # count stays 6, so only evicting the two pods there can make the move happen.
+def squeezed_service(max_swap: int) -> Rig:
+    """Node 0: six GPUs held outside the plan, two free. Node 1: six replicas of `svc`
+    (demand 6), created a minute apart, two GPUs free."""
     rig = Rig(nodes=2)
     rig.fake.add("configmaps", configmap("d", curve="6"))
     rig.fake.add("deployments", deployment("svc", replicas=6, notes={
-        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": str(max_swap)}))
     rig.fake.add("pods", make_pod("other").gpus(6).on("gpu-node-0").build())
     for i in range(6):
         rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
                      .on("gpu-node-1").created(f"2023-11-14T22:0{i}:00Z").build())
+    return rig
+
+
+def test_a_gang_that_takes_a_service_s_gpus_moves_its_pods_by_eviction() -> None:
+    # Node 0: six GPUs held outside the plan, two free. Node 1: six service replicas,
+    # two free. A 4-GPU gang fits only on node 1 if two replicas move to node 0: the
+    # count stays 6, so only evicting the two pods there can make the move happen.
+    rig = squeezed_service(max_swap=4)
     rig.step()  # the service as it is: no move without a reason
     assert not [c for c in rig.fake.calls if c[0] == "evict"]
     keys = gang(rig.fake, "four", 1, 4)
@@ -574,14 +581,7 @@ def test_a_move_stays_within_max_swap_and_a_refused_eviction_changes_nothing_els
     # The same squeeze with max_swap 2: one move (one out, one in) per step at most.
     # A disruption budget refuses the first eviction: nothing else is evicted, the
     # budget is not spent, and the next round tries again.
-    rig = Rig(nodes=2)
-    rig.fake.add("configmaps", configmap("d", curve="6"))
-    rig.fake.add("deployments", deployment("svc", replicas=6, notes={
-        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
-    rig.fake.add("pods", make_pod("other").gpus(6).on("gpu-node-0").build())
-    for i in range(6):
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on("gpu-node-1").created(f"2023-11-14T22:0{i}:00Z").build())
+    rig = squeezed_service(max_swap=2)
     rig.step()
     gang(rig.fake, "four", 1, 4)
     rig.fake.fail_evict.add("ns/svc-abc12-5")
