@@ -131,6 +131,7 @@ def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
 
 
 _GO_NODE = None
+_GO_NAMES = None
 
 
 def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
@@ -167,4 +168,36 @@ def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     if stop > start and not body.startswith(b'{"metadata":{"name":', start):
         return None
     names = [m.decode() for m in _GO_NODE.findall(body, start, stop)]
+    return pod, names
+
+
+def fast_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
+    """(Pod, NodeNames) of a Go-written ExtenderArgs with NodeNames (nodeCacheCapable),
+    without a general parse of the name list: Go writes it last, as
+    `,"Nodes":null,"NodeNames":["a","b"]}`, and a node name needs no escapes. None
+    unless the body has exactly that shape: the caller then parses it fully.
+    """
+    import json
+    import re
+
+    global _GO_NAMES
+    if _GO_NAMES is None:
+        _GO_NAMES = re.compile(rb'"[a-zA-Z0-9.\-]+"(?:,"[a-zA-Z0-9.\-]+")*')
+    head, marker = b'{"Pod":', b',"Nodes":null,"NodeNames":['
+    if not body.startswith(head) or not body.endswith(b"]}"):
+        return None
+    at = body.rfind(marker)
+    if at < 0:
+        return None
+    start, stop = at + len(marker), len(body) - 2
+    if stop > start and _GO_NAMES.fullmatch(body, start, stop) is None:
+        return None
+    try:
+        text = body[:at].decode("utf-8", errors="strict")
+        pod, end = json.JSONDecoder().raw_decode(text, len(head))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(pod, dict) or end != len(text):
+        return None
+    names = body[start + 1:stop - 1].decode().split('","') if stop > start else []
     return pod, names

@@ -771,7 +771,7 @@ class Controller:
             if node in nodes:
                 return [node], {}  # the others simply drop out; no reasons needed
             why = f"the plan assigns this pod to {node}"
-            return [], {n: why for n in nodes}
+            return [], dict.fromkeys(nodes, why)
         svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
         if svc is not None and svc in t.service_planned:
             return self._filter_service(pod, svc, nodes, t)
@@ -782,7 +782,7 @@ class Controller:
                 return list(nodes), {}
             when = format_clock(t.next_step_at, self.settings.step_seconds)
             reason = f"waiting: not planned yet (next step at {when})"
-        return [], {n: reason for n in nodes}
+        return [], dict.fromkeys(nodes, reason)
 
     def _filter_service(self, pod: Obj, svc: str, nodes: Sequence[str],
                         t: Table) -> tuple[list[str], dict[str, str]]:

@@ -131,6 +131,26 @@ def test_fast_path_agrees_with_the_full_parse() -> None:
     assert wire.fast_node_names(fixture("filter-args-nodenames.json")) is None
 
 
+def test_fast_names_agrees_with_the_full_parse_or_steps_aside() -> None:
+    body = fixture("filter-args-nodenames.json")
+    full = wire.ExtenderArgs.model_validate_json(body)
+    assert wire.fast_names(body) == (full.Pod, full.NodeNames)
+    empty = body[:body.rindex(b"[")] + b"[]}"
+    assert wire.fast_names(empty) == (full.Pod, [])
+    assert wire.fast_names(fixture("filter-args-nodelist.json")) is None
+    # not exactly Go's layout: the general parser decides
+    pod = json.loads(body)["Pod"]
+    sneaky = {"Pod": {**pod, "x": ',"Nodes":null,"NodeNames":["evil"]}'},
+              "Nodes": None, "NodeNames": ["gpu-node-0"]}
+    got = wire.fast_names(json.dumps(sneaky, separators=(",", ":")).encode())
+    assert got is not None and got[1] == ["gpu-node-0"]
+    for odd in (json.dumps(json.loads(body), indent=1).encode(),  # pretty-printed
+                body.replace(b'"gpu-node-1"', b'"gpu\\u002dnode-1"'),  # an escape
+                body.replace(b'"gpu-node-1"', b"7"),  # not a string
+                body.replace(b'"NodeNames":[', b'"NodeNames":[,')):
+        assert wire.fast_names(odd) is None, odd[-80:]
+
+
 # --- bad bodies ---------------------------------------------------------------------
 
 

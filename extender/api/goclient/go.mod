@@ -1,0 +1,3 @@
+module gpuroster/goclient
+
+go 1.22
