@@ -24,7 +24,7 @@ from extender.planner import legality, metrics, model, simulating
 
 UTIL_POINTS = 2.0  # agreement bounds of issue 5
 VALUE_PERCENT = 3.0
-DEFAULT_STEP_SECONDS = 2.5
+DEFAULT_STEP_SECONDS = 2.0
 
 
 @dataclass

@@ -413,6 +413,11 @@ def _wait_nodes_ready(core: Any, count: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"bench nodes not Ready within {timeout}s")
 
 
+# From submitting the scenario to step 0: the extender starts (about 2 s), syncs and
+# scales the services, and their first replicas bind before step 0's sample.
+START_SLACK_SECONDS = 5.0
+
+
 def replay(
     s: model.Scenario,
     policy: str,
@@ -450,7 +455,7 @@ def replay(
     # Room for the extender to start, sync and place the first replicas. Whole
     # milliseconds: the extender gets it as its epoch in that form, and both sides
     # must put an admission right after a boundary in the same step.
-    t0 = round(time.time() + 8.0, 3)
+    t0 = round(time.time() + START_SLACK_SECONDS, 3)
     log_name = f"extender-{s.name}-{policy}"
     control = ReplayControl(
         lambda n: _Extender(
@@ -471,6 +476,8 @@ def replay(
     notes: list[str] = []
     try:
         ext.wait_ready()
+        if time.time() > t0 - 1.0:
+            notes.append(f"the extender was ready only {t0 - time.time():.1f} s before step 0")
         by_arrival: dict[int, list[model.Job]] = {}
         for j in s.jobs:
             by_arrival.setdefault(j.arrival_step, []).append(j)

@@ -508,7 +508,12 @@ class Controller:
         evict the pods on nodes holding more than the plan gives them there. The
         Deployment replaces each, and the filter puts the new pod where the plan has
         room. A move is one pod out and one in, so at most half of what is left of
-        max_swap this step; a disruption budget may refuse (then the next round tries)."""
+        max_swap this step; a disruption budget may refuse (then the next round tries).
+        Only in a step's first half: the new pod binds a little after the old one goes,
+        and late in a step it would land in the next one, on top of that step's own
+        swaps. A later move waits for the next boundary plan."""
+        if self.clock.now() - self.time_of(step) > self.settings.step_seconds / 2:
+            return
         name, per = sv.spec.name, sv.spec.gpus_per_replica
         up, down = self._moves_in(name, step)
         budget = max(0, sv.spec.max_swap // per - up - down) // 2

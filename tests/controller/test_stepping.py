@@ -595,3 +595,19 @@ def test_a_move_stays_within_max_swap_and_a_refused_eviction_changes_nothing_els
     evictions = [c[1] for c in rig.fake.calls if c[0] == "evict"]
     assert evictions == ["ns/svc-abc12-5", "ns/svc-abc12-5"]  # one move: the cap of 2
     assert rig.ctl._moves_in("ns/svc", rig.ctl.table.step) == (1, 1)
+
+
+def test_a_move_due_late_in_a_step_waits_for_the_next_boundary() -> None:
+    # The replacement binds a little after the eviction: past half a step it would
+    # count in the next step's swaps. So the round in step 1's second half moves
+    # nothing, and the boundary plan of step 2 makes the move.
+    rig = squeezed_service(max_swap=4)
+    rig.step()
+    gang(rig.fake, "four", 1, 4)
+    rig.clock.advance(1.6 * rig.settings.step_seconds)
+    rig.step()
+    assert not [c for c in rig.fake.calls if c[0] == "evict"]
+    rig.clock.advance(0.4 * rig.settings.step_seconds)
+    rig.step()
+    evicted = [c[1] for c in rig.fake.calls if c[0] == "evict"]
+    assert evicted == ["ns/svc-abc12-5", "ns/svc-abc12-4"]
