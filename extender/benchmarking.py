@@ -11,6 +11,7 @@ gpuroster check SCENARIO RESULT.json     # legality and metrics of any result fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -96,9 +97,10 @@ def run_one(s: model.Scenario, policy: str, progress: bool) -> Row:
     legality.check(s, run.grid)
     m = metrics.compute(s, run.grid)
     extra: dict[str, Any] = {}
-    stats = getattr(pol, "stats", None)
-    if stats:
-        extra["solver"] = stats
+    solver: Any = pol  # full mode keeps its solves in `stats`, totals in `summary()`
+    if callable(getattr(solver, "summary", None)):
+        extra["solver"] = {**solver.summary(),
+                           "per_step": [dataclasses.asdict(x) for x in solver.stats]}
     return Row(s, policy, m, percentiles_ms(run.plan_seconds), run, extra or None)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,16 @@ def test_generated_instance_is_legal_and_not_worse(seed: int) -> None:
     for st in full.stats:
         if st.objective is not None and st.used == "cp-sat":
             assert st.objective > st.fast_objective
+
+
+def test_a_full_mode_bench_row_writes_a_result_file_with_the_solver_stats(tmp_path: Path) -> None:
+    # `gpuroster bench --full --out DIR` once died here: the per-step stats were
+    # dataclasses, which json cannot write.
+    from extender import benchmarking
+
+    row = benchmarking.run_one(fragmentation(), "gpuroster-full", progress=False)
+    (path,) = [p for p in benchmarking.write_outputs([row], tmp_path) if p.suffix == ".json"]
+    doc = json.loads(path.read_text())
+    assert doc["policy"] == "gpuroster-full"
+    assert doc["solver"]["steps"] == len(doc["solver"]["per_step"]) > 0
+    assert {"status", "used", "objective", "gap"} <= set(doc["solver"]["per_step"][0])
