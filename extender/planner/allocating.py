@@ -44,7 +44,7 @@ class Options:
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
-    overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room
+    overrun_guard: int = 1  # steps a job may outlast its estimate, for services' room
     orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
 
 
@@ -157,6 +157,8 @@ class Gpuroster:
         starving.sort(key=lambda q: q.arrival_step)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
+        n_off = unavailable.bit_count()
+        guard = o.overrun_guard if inp.services else 0
         # Trying several orders pays on small queues; on long ones one pass is the budget.
         orders = o.orders if len(inp.queued) <= o.multi_order_max_queue else o.orders[:1]
         # Every job starting now is the most any order can score: once an order
@@ -171,7 +173,7 @@ class Gpuroster:
             if key in seen:
                 continue
             seen.add(key)
-            cand = self._place(queue, occ, capacity, locked, unavailable.bit_count(), c, H, W)
+            cand = self._place(queue, occ, capacity, locked, n_off, c, W, guard)
             if cand.score > best.score:
                 best = cand
 
@@ -205,7 +207,10 @@ class Gpuroster:
                 v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon
             )
             plan.service_gpus[v.name] = gpus
-            idle &= ~blocks.mask_of(gpus)
+            # What it gave back (shed, or moved off a planned block) is free for the
+            # services still to come this step: one moving off a GPU must not leave
+            # another short of its curve while that GPU sits idle.
+            idle = (idle | own) & ~blocks.mask_of(gpus)
             plan.service_counts[v.name] = tuple(curves[v.name][:H])
         return plan
 
@@ -219,8 +224,8 @@ class Gpuroster:
         locked: list[int],
         n_unavailable: int,
         c: model.Cluster,
-        H: int,
         W: int,
+        guard: int = 0,
     ) -> _Candidate:
         o = self.options
         occ = occ0[:]
@@ -281,6 +286,12 @@ class Gpuroster:
                 m = b.mask
                 for t in range(k, end):
                     occ[t] |= m
+                    slack[t] -= size
+                # Estimates run over: as for the running jobs, a planned job may hold
+                # its GPUs `guard` steps past its estimate, so the services' room there
+                # is smaller for the jobs placed after it; else a packed plan turns a
+                # one-step overrun into real-time shortfall.
+                for t in range(end, min(end + guard, W)):
                     slack[t] -= size
                 cand.placed.append(_Placed(q.name, k, b))
                 cand.score += q.priority * size * (cum[end] - cum[k])
