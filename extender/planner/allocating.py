@@ -17,7 +17,11 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    free pool keeps the shapes later work can use.
 4. Several queue orders are tried and the plan with the best objective wins:
    priority x GPUs x time-decay weight for the batch work, minus the
-   real-time shortfall priced at `realtime_penalty` times its weight.
+   real-time shortfall priced at `realtime_penalty` times its weight. Within
+   a priority: by arrival, widest, shortest or longest first; and once more
+   by priority with every job that fits now started first, the rest planned
+   around them (a job that fits today's hole is not kept out of it by the
+   reservation of an equal job that cannot start yet, unless that pays).
 
 The rules of MODEL.md hold by construction; the simulator checks them anyway.
 """
@@ -44,8 +48,10 @@ class Options:
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
-    overrun_guard: int = 1  # steps a job may outlast its estimate, for services' room
-    orders: tuple[str, ...] = ("priority", "priority-size", "priority-short")
+    overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room
+    orders: tuple[str, ...] = ("priority", "priority-size", "priority-short", "priority-long")
+    # One more pass in priority order that first starts every job that fits now.
+    fill_now: bool = True
 
 
 @dataclass
@@ -157,23 +163,27 @@ class Gpuroster:
         starving.sort(key=lambda q: q.arrival_step)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
-        n_off = unavailable.bit_count()
-        guard = o.overrun_guard if inp.services else 0
         # Trying several orders pays on small queues; on long ones one pass is the budget.
-        orders = o.orders if len(inp.queued) <= o.multi_order_max_queue else o.orders[:1]
+        passes = [(order, False) for order in o.orders]
+        if o.fill_now:
+            passes.append(("priority", True))
+        if len(inp.queued) > o.multi_order_max_queue:
+            passes = passes[:1]
         # Every job starting now is the most any order can score: once an order
         # reaches that, the others cannot win.
         cum = _cumulative_weights(o.decay, W)
         ceiling = sum(q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in inp.queued)
-        for order in orders:
+        n_off = unavailable.bit_count()
+        guard = o.overrun_guard if inp.services else 0
+        for order, fill_now in passes:
             if best.score >= ceiling:
                 break
             queue = starving + _ordered(rest, order)
-            key = tuple(q.name for q in queue)
+            key = ("fill-now" if fill_now else "",) + tuple(q.name for q in queue)
             if key in seen:
                 continue
             seen.add(key)
-            cand = self._place(queue, occ, capacity, locked, n_off, c, W, guard)
+            cand = self._place(queue, occ, capacity, locked, n_off, c, W, fill_now, guard)
             if cand.score > best.score:
                 best = cand
 
@@ -225,6 +235,7 @@ class Gpuroster:
         n_unavailable: int,
         c: model.Cluster,
         W: int,
+        fill_now: bool = False,
         guard: int = 0,
     ) -> _Candidate:
         o = self.options
@@ -237,69 +248,81 @@ class Gpuroster:
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
         R = len(locked) - 1
-        # Within one pass the grid only fills up, so a job that fit nowhere rules out
-        # every later job at least as wide and as long: remember the failures.
-        failed: list[tuple[int, int]] = []
-        for q in queue:
-            d = min(q.estimate_steps, W)
-            size = q.gpus
-            if any(size >= fs and d >= fd for fs, fd in failed):
-                continue
-            placed = False
-            k = 0
-            while k < R:
-                end = k + d if k + d < W else W
-                # A step where the services' curve leaves too little room for this job
-                # rules out every start whose run covers it: jump past it.
-                busy = 0
-                blocked = -1
-                for t in range(k, end):
-                    if slack[t] < size:
-                        blocked = t
-                        break
-                    busy |= occ[t]
-                if blocked >= 0:
-                    k = blocked + 1
+        passes = [(queue, R)]
+        if fill_now:
+            # First every job that can start now, in queue order, then the rest planned
+            # around them: a job that fits in today's hole is not kept out of it by the
+            # reservation of an earlier one that cannot start yet (the objective decides
+            # whether that delay is worth it).
+            passes = [(queue, 1), (queue, R)]
+        done: set[str] = set()
+        for jobs, limit in passes:
+            # Within one pass the grid only fills up, so a job that fit nowhere rules out
+            # every later job at least as wide and as long: remember the failures.
+            failed: list[tuple[int, int]] = []
+            for q in jobs:
+                if fill_now and q.name in done:
                     continue
-                free = full & ~busy
-                free &= ~locked[k]
-                starts = blocks.start_positions(free, size, c)
-                if not starts:
-                    # The next start sees the same window (and fails the same way)
-                    # while the step it drops matches one it keeps, the step it adds
-                    # matches one it had, and neither the services' room nor their
-                    # locked GPUs change: slide over those without re-reading it.
-                    k += 1
-                    while (
-                        k < R
-                        and k + d <= W
-                        and occ[k - 1] == occ[k]
-                        and occ[k + d - 1] == occ[k + d - 2]
-                        and slack[k + d - 1] >= size
-                        and locked[k] == locked[k - 1]
-                    ):
+                d = min(q.estimate_steps, W)
+                size = q.gpus
+                if any(size >= fs and d >= fd for fs, fd in failed):
+                    continue
+                placed = False
+                k = 0
+                while k < limit:
+                    end = k + d if k + d < W else W
+                    # A step where the services' curve leaves too little room for this job
+                    # rules out every start whose run covers it: jump past it.
+                    busy = 0
+                    blocked = -1
+                    for t in range(k, end):
+                        if slack[t] < size:
+                            blocked = t
+                            break
+                        busy |= occ[t]
+                    if blocked >= 0:
+                        k = blocked + 1
+                        continue
+                    free = full & ~busy
+                    free &= ~locked[k]
+                    starts = blocks.start_positions(free, size, c)
+                    if not starts:
+                        # The next start sees the same window (and fails the same way)
+                        # while the step it drops matches one it keeps, the step it adds
+                        # matches one it had, and neither the services' room nor their
+                        # locked GPUs change: slide over those without re-reading it.
                         k += 1
-                    continue
-                # Fullness counts batch work only: a node shared with a service is
-                # not "snug", since the service moves and jobs do not.
-                b = _best_fit(starts, size, full & ~occ[k], c)
-                m = b.mask
-                for t in range(k, end):
-                    occ[t] |= m
-                    slack[t] -= size
-                # Estimates run over: as for the running jobs, a planned job may hold
-                # its GPUs `guard` steps past its estimate, so the services' room there
-                # is smaller for the jobs placed after it; else a packed plan turns a
-                # one-step overrun into real-time shortfall.
-                for t in range(end, min(end + guard, W)):
-                    slack[t] -= size
-                cand.placed.append(_Placed(q.name, k, b))
-                cand.score += q.priority * size * (cum[end] - cum[k])
-                placed = True
-                break
-            if not placed:
-                failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
-                failed.append((size, d))
+                        while (
+                            k < limit
+                            and k + d <= W
+                            and occ[k - 1] == occ[k]
+                            and occ[k + d - 1] == occ[k + d - 2]
+                            and slack[k + d - 1] >= size
+                            and locked[k] == locked[k - 1]
+                        ):
+                            k += 1
+                        continue
+                    # Fullness counts batch work only: a node shared with a service is
+                    # not "snug", since the service moves and jobs do not.
+                    b = _best_fit(starts, size, full & ~occ[k], c)
+                    m = b.mask
+                    for t in range(k, end):
+                        occ[t] |= m
+                        slack[t] -= size
+                    # Estimates run over: as for the running jobs, a planned job may hold
+                    # its GPUs `guard` steps past its estimate, so the services' room there
+                    # is smaller for the jobs placed after it; else a packed plan turns a
+                    # one-step overrun into real-time shortfall.
+                    for t in range(end, min(end + guard, W)):
+                        slack[t] -= size
+                    cand.placed.append(_Placed(q.name, k, b))
+                    cand.score += q.priority * size * (cum[end] - cum[k])
+                    done.add(q.name)
+                    placed = True
+                    break
+                if not placed:
+                    failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
+                    failed.append((size, d))
         return cand
 
 
@@ -310,6 +333,8 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
         return sorted(queue, key=lambda q: (-q.priority, -q.gpus, q.arrival_step))
     if order == "priority-short":
         return sorted(queue, key=lambda q: (-q.priority, q.estimate_steps, q.arrival_step))
+    if order == "priority-long":
+        return sorted(queue, key=lambda q: (-q.priority, -q.estimate_steps, q.arrival_step))
     if order == "arrival":
         return sorted(queue, key=lambda q: q.arrival_step)
     if order == "value-density":
