@@ -31,6 +31,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 
 from extender.planner import blocks, model, policies, scaling
 
@@ -85,14 +87,25 @@ def service_curve(
                 f[k] += math.ceil(extra - 0.5)
     swap = v.max_swap
     need = f
-    # Ramp up ahead of a rise the swap cap cannot follow in one step.
-    for k in range(length - 2, -1, -1):
-        need[k] = max(need[k], need[k + 1] - swap)
+    # Ramp up ahead of a rise the swap cap cannot follow in one step. (Comparisons,
+    # not min/max calls: this runs over the whole window on every re-plan.)
+    if length:
+        after = need[-1]
+        for k in range(length - 2, -1, -1):
+            x = after - swap
+            if need[k] < x:
+                need[k] = x
+            after = need[k]
     if now > 0:
         have = len(v.current_gpus)
         for k in range(length):
-            lo, hi = have - swap, have + swap
-            have = min(max(need[k], lo), hi)
+            x = need[k]
+            if x < have - swap:
+                have -= swap
+            elif x > have + swap:
+                have += swap
+            else:
+                have = x
             need[k] = have
     return need
 
@@ -102,6 +115,10 @@ class Gpuroster:
 
     def __init__(self, **options: object) -> None:
         self.options = Options(**options)  # type: ignore[arg-type]
+        # The pass that won the last plan goes first: it usually wins again, and a
+        # high score early lets the bound drop the others sooner. The winner is
+        # still the first best in the listed order, so plans do not depend on it.
+        self._last_winner = 0
 
     # --- the whole horizon ------------------------------------------------------
 
@@ -172,20 +189,32 @@ class Gpuroster:
         # Every job starting now is the most any order can score: once an order
         # reaches that, the others cannot win.
         cum = _cumulative_weights(o.decay, W)
-        ceiling = sum(q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in inp.queued)
+        reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in inp.queued}
+        ceiling = sum(reach.values())
         n_off = unavailable.bit_count()
+        # Room left for batch work at each step (capacity already excludes the
+        # unavailable GPUs): the same start for every order.
+        slack = [capacity[k] - (occ[k].bit_count() - n_off) for k in range(W)]
         guard = o.overrun_guard if inp.services else 0
-        for order, fill_now in passes:
-            if best.score >= ceiling:
-                break
+        queues: list[tuple[int, list[model.QueuedJob], bool]] = []
+        for i, (order, fill_now) in enumerate(passes):
             queue = starving + _ordered(rest, order)
             key = ("fill-now" if fill_now else "",) + tuple(q.name for q in queue)
-            if key in seen:
-                continue
-            seen.add(key)
-            cand = self._place(queue, occ, capacity, locked, n_off, c, W, fill_now, guard)
-            if cand.score > best.score:
-                best = cand
+            if key not in seen:
+                seen.add(key)
+                queues.append((i, queue, fill_now))
+        queues.sort(key=lambda x: x[0] != self._last_winner)
+        best_at = len(passes)
+        for i, queue, fill_now in queues:
+            if best.score >= ceiling and best_at < i:
+                continue  # nothing scores more, and an earlier pass holds the tie
+            cand = self._place(queue, occ, slack, locked, c, W, fill_now, guard,
+                               reach, ceiling, best.score)
+            if cand is not None and (cand.score > best.score
+                                     or (cand.score == best.score and i < best_at)):
+                best, best_at = cand, i
+        if best_at < len(passes):
+            self._last_winner = best_at
 
         plan = model.Plan(now=now)
         queued = {q.name: q for q in inp.queued}
@@ -230,18 +259,27 @@ class Gpuroster:
         self,
         queue: list[model.QueuedJob],
         occ0: list[int],
-        capacity: list[int],
+        slack0: list[int],
         locked: list[int],
-        n_unavailable: int,
         c: model.Cluster,
         W: int,
         fill_now: bool = False,
         guard: int = 0,
-    ) -> _Candidate:
+        reach: dict[str, float] | None = None,
+        ceiling: float = math.inf,
+        beat: float = -math.inf,
+    ) -> _Candidate | None:
+        """One queue order's plan, or None once it cannot score more than `beat`.
+
+        `reach[name]` is the most a job can add (starting now; the reward weight
+        only decays), so the score so far plus the reach of the jobs still to place
+        bounds the pass: below `beat`, it cannot win and is dropped unfinished.
+        """
         o = self.options
+        left = ceiling  # the reach of the jobs not yet placed or given up on
+        bar = beat - 1e-9 * max(1.0, abs(beat)) if reach is not None and o.decay >= 0 else -math.inf
         occ = occ0[:]
-        # Capacity already excludes unavailable GPUs; count only batch work against it.
-        slack = [capacity[k] - (occ[k].bit_count() - n_unavailable) for k in range(W)]
+        slack = slack0[:]
         cand = _Candidate(score=0.0)
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
@@ -256,7 +294,8 @@ class Gpuroster:
             # whether that delay is worth it).
             passes = [(queue, 1), (queue, R)]
         done: set[str] = set()
-        for jobs, limit in passes:
+        for phase, (jobs, limit) in enumerate(passes):
+            final = phase == len(passes) - 1
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             failed: list[tuple[int, int]] = []
@@ -266,24 +305,24 @@ class Gpuroster:
                 d = min(q.estimate_steps, W)
                 size = q.gpus
                 if any(size >= fs and d >= fd for fs, fd in failed):
+                    if final and reach is not None:
+                        left -= reach[q.name]
+                        if cand.score + left < bar:
+                            return None
                     continue
                 placed = False
                 k = 0
                 while k < limit:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
-                    # rules out every start whose run covers it: jump past it.
-                    busy = 0
-                    blocked = -1
-                    for t in range(k, end):
-                        if slack[t] < size:
-                            blocked = t
-                            break
-                        busy |= occ[t]
-                    if blocked >= 0:
-                        k = blocked + 1
+                    # rules out every start whose run covers it: jump past the last one.
+                    if min(slack[k:end]) < size:
+                        t = end - 1
+                        while slack[t] >= size:
+                            t -= 1
+                        k = t + 1
                         continue
-                    free = full & ~busy
+                    free = full & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
                     starts = blocks.start_positions(free, size, c)
                     if not starts:
@@ -323,6 +362,10 @@ class Gpuroster:
                 if not placed:
                     failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
                     failed.append((size, d))
+                if reach is not None and (placed or final):
+                    left -= reach[q.name]
+                    if cand.score + left < bar:
+                        return None
         return cand
 
 
