@@ -208,10 +208,6 @@ class Controller:
         # nothing new to go on, and could undo the plan it just committed.
         source = (step, _external_state(snap, inp, leading))
         if source == self._planned_from and self._last is not None:
-            # The plan stands, but the bind-time count of each service's GPUs per
-            # node must follow its pods: one that left frees room for its successor.
-            with self._lock:
-                self._svc_used = {n: dict(sv.gpus_by_node) for n, sv in snap.services.items()}
             return StepResult(step, [], {}, self._last.plan, 0.0)
         self._unfinished = False
         t0 = time.perf_counter()
