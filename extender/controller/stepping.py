@@ -63,19 +63,6 @@ class StepResult:
     plan_seconds: float
 
 
-def _external_state(snap: snapshot.Snapshot, inp: model.PlanInput,
-                    leading: bool) -> tuple[Any, ...]:
-    """What a plan depends on, less what committing it changes: a gang is the same
-    whether queued or admitted, and a service's GPUs are the step's starting set."""
-    gangs = tuple(sorted(
-        (g.name, len(g.pods), g.gpus, g.error, g.waiting_for,
-         (g.work.priority, g.work.duration_seconds, g.work.workload) if g.work else None)
-        for g in snap.gangs.values()))
-    services = tuple((v.name, v.priority, v.max_swap, v.forecast, v.past_demand,
-                      v.current_gpus, v.reservation, v.past_forecast) for v in inp.services)
-    return (leading, gangs, services, inp.unavailable_gpus, inp.cluster, inp.horizon)
-
-
 def format_clock(t: float, step_seconds: float) -> str:
     fmt = "%H:%M" if step_seconds >= 60 else "%H:%M:%S"
     return datetime.fromtimestamp(t, UTC).strftime(fmt)
@@ -114,10 +101,6 @@ class Controller:
         self._woken: dict[str, int] = {}
         # service -> (step, replicas added this step, replicas removed this step)
         self._moved: dict[str, tuple[int, int, int]] = {}
-        # (step, what the step's last committed plan was made from): see `run_step`.
-        self._planned_from: tuple[int, tuple[Any, ...]] | None = None
-        self._unfinished = False  # a write of this round failed
-        self._last: StepResult | None = None
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,16 +183,6 @@ class Controller:
         step = self.step_of(now)
         snap = self.take_snapshot()
         inp, problems = self.plan_input(snap, step, now)
-        leading = self.leader()
-        # A round later in the step re-plans only when something outside this
-        # controller changed (a job arrived, ended or changed, a node, a service's
-        # demand, the leadership). Its own admissions and scalings also change the
-        # cluster, but re-planning on them would re-open the step's decisions with
-        # nothing new to go on, and could undo the plan it just committed.
-        source = (step, _external_state(snap, inp, leading))
-        if source == self._planned_from and self._last is not None:
-            return StepResult(step, [], {}, self._last.plan, 0.0)
-        self._unfinished = False
         t0 = time.perf_counter()
         plan = self.policy.plan(inp)
         took = time.perf_counter() - t0
@@ -219,6 +192,7 @@ class Controller:
         self.view = plan_view(snap, plan, inp, step, self.time_of(step),
                               self.settings.step_seconds, took)
         # Every replica plans and answers the scheduler; only the leader commits.
+        leading = self.leader()
         admitted, failed = self._admit(snap, plan, step, now) if leading else ({}, {})
         sets = {s: g for s, g in plan.service_gpus.items()}
         self._sets[step] = sets
@@ -231,10 +205,7 @@ class Controller:
             self._explain(snap, plan, step, now, admitted, failed, problems)
         self._record(snap, plan, inp, step, now, admitted, took)
         self.rounds += 1
-        # A failed write is retried by the next round, not at the next boundary.
-        self._planned_from = source if not (failed or self._unfinished) else None
-        self._last = StepResult(step, sorted(admitted), scaled, plan, took)
-        return self._last
+        return StepResult(step, sorted(admitted), scaled, plan, took)
 
     # --- planner input ------------------------------------------------------------
 
@@ -498,7 +469,6 @@ class Controller:
                     log.info("service %s: %d -> %d replicas at step %d", name, sv.replicas,
                              want, step)
                 except kube.ApiError as e:
-                    self._unfinished = True  # the next round retries it
                     log.warning("scaling %s to %d failed: %s", name, want, e)
             # Pending pods of the service may now fit: wake them once per step.
             free = sum(max(0, n - sv.gpus_by_node.get(node, 0))
@@ -579,7 +549,6 @@ class Controller:
             try:
                 self.client.evict(str(m.get("namespace")), str(m.get("name")))
             except kube.ApiError as e:
-                self._unfinished = True  # the next round retries it
                 log.info("service %s: could not move pod %s off %s: %s", name, m.get("name"),
                          (pod.get("spec") or {}).get("nodeName"), e)
                 break
@@ -609,7 +578,6 @@ class Controller:
                 self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
                                       objects.deletion_cost_patch(cost))
             except kube.ApiError as e:
-                self._unfinished = True  # the next round retries it
                 log.debug("deletion cost on %s: %s", k, e)
 
     def _wake(self, pod: Obj, step: int) -> None:
@@ -622,7 +590,6 @@ class Controller:
             self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
                                   objects.wake_patch(step))
         except kube.ApiError as e:
-            self._unfinished = True  # the next round retries it
             log.debug("wake %s: %s", k, e)
 
     # --- the table the verbs read -------------------------------------------------
@@ -757,14 +724,12 @@ class Controller:
         except kube.ApiError as e:
             # Not told: try again next round (a slow API server must not eat the Event).
             self._explained.pop(k, None)
-            self._unfinished = True  # the next round retries it
             log.info("event on %s not written (%s); retrying next round", k, e)
             return
         try:
             self.client.patch_pod_status(ns, name,
                                          objects.condition_patch(status, reason, message, now))
         except kube.ApiError as e:
-            self._unfinished = True  # the next round retries it
             log.info("condition on %s not written: %s", k, e)
 
     # --- observability ------------------------------------------------------------
