@@ -8,8 +8,9 @@ body is a 400 naming the problem.
 kube-scheduler calls filter and prioritize for every GPU pod it schedules, so
 those two are answered by a bare ASGI front (`HotPath`) before FastAPI's
 routing, middleware and telemetry: on the 2-core machine the p99 of a
-filter+prioritize pair went from 3.2-7.6 ms to 2.1-4.9 ms (admitted pod, Go client). Everything else (bind, plan, metrics, health,
-the lifespan) is the FastAPI app behind it.
+filter+prioritize pair went from 3.2-7.6 ms to 2.1-4.9 ms (admitted pod, Go
+client). Everything else (bind, plan, metrics, health, the lifespan) is the
+FastAPI app behind it.
 """
 
 from __future__ import annotations
