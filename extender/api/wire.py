@@ -134,13 +134,25 @@ _GO_NODE = None
 _GO_NAMES = None
 
 
+def _go_pod(body: bytes, start: int, stop: int) -> dict[str, Any] | None:
+    """The Pod object that fills body[start:stop] exactly, or None (then the marker
+    found after it was inside the Pod: not Go's layout after all)."""
+    import json
+
+    try:
+        text = body[:stop].decode("utf-8", errors="strict")
+        pod, end = json.JSONDecoder().raw_decode(text, start)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return pod if isinstance(pod, dict) and end == len(text) else None
+
+
 def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     """(Pod, node names) of a Go-written ExtenderArgs with a full NodeList, without
     parsing the nodes: the Pod is decoded, the names are matched where Go writes them
     (`{"metadata":{"name":"N"` opens every item; a Node has no nested ObjectMeta).
     None unless the body has exactly Go's shape: the caller then parses it fully.
     """
-    import json
     import re
 
     global _GO_NODE
@@ -154,13 +166,9 @@ def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     at = body.find(marker)
     if at < 0:
         return None
-    try:
-        text = body[:at].decode("utf-8", errors="strict")
-        pod, end = json.JSONDecoder().raw_decode(text, len(head))
-    except (ValueError, UnicodeDecodeError):
+    pod = _go_pod(body, len(head), at)
+    if pod is None:
         return None
-    if not isinstance(pod, dict) or end != len(text):
-        return None  # the marker was inside the Pod: not Go's layout after all
     items_at = body.find(b'"items":[', at)
     if items_at < 0:
         return None
@@ -177,7 +185,6 @@ def fast_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     `,"Nodes":null,"NodeNames":["a","b"]}`, and a node name needs no escapes. None
     unless the body has exactly that shape: the caller then parses it fully.
     """
-    import json
     import re
 
     global _GO_NAMES
@@ -192,12 +199,8 @@ def fast_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     start, stop = at + len(marker), len(body) - 2
     if stop > start and _GO_NAMES.fullmatch(body, start, stop) is None:
         return None
-    try:
-        text = body[:at].decode("utf-8", errors="strict")
-        pod, end = json.JSONDecoder().raw_decode(text, len(head))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(pod, dict) or end != len(text):
+    pod = _go_pod(body, len(head), at)
+    if pod is None:
         return None
     names = body[start + 1:stop - 1].decode().split('","') if stop > start else []
     return pod, names
