@@ -194,7 +194,7 @@ class Cluster:
             self._start_scheduler()
             self._start_kwok()
             self.add_nodes(self.initial_nodes, wait=False)
-            self._wait(self._default_service_account_exists, deadline,
+            self._wait(lambda: self._default_service_account_exists("default"), deadline,
                        "default ServiceAccount in namespace default")
             self._wait(
                 lambda: self._https_ok(f"https://127.0.0.1:{self.ports.scheduler}/healthz",
@@ -267,6 +267,22 @@ class Cluster:
         from kubernetes import client
 
         return client.CoreV1Api(self.api())
+
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None,
+                         timeout: float = 30.0) -> str:
+        """Create namespace ``name`` and wait for its ``default`` ServiceAccount.
+
+        The ServiceAccount admission plugin refuses pods (403) in a namespace whose
+        ``default`` account the controller-manager has not made yet; on a loaded
+        2-core machine that lag reaches past a test's first pod create.
+        """
+        body: dict[str, Any] = {"metadata": {"name": name}}
+        if labels:
+            body["metadata"]["labels"] = labels
+        self.core().create_namespace(body)
+        self._wait(lambda: self._default_service_account_exists(name),
+                   time.monotonic() + timeout, f"default ServiceAccount in namespace {name}")
+        return name
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -518,11 +534,11 @@ class Cluster:
         except urllib.error.HTTPError:
             return False
 
-    def _default_service_account_exists(self) -> bool:
+    def _default_service_account_exists(self, namespace: str) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core().read_namespaced_service_account("default", "default")
+            self.core().read_namespaced_service_account("default", namespace)
         except ApiException as e:
             if e.status == 404:
                 return False

@@ -87,7 +87,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     name = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:40].strip("-")
     name = f"{name}-{uuid.uuid4().hex[:5]}"
     core: Any = cluster.core()
-    core.create_namespace({"metadata": {"name": name, "labels": {"gpuroster.io/e2e": "true"}}})
+    cluster.create_namespace(name, {"gpuroster.io/e2e": "true"})
     try:
         yield name
     finally:

@@ -396,7 +396,7 @@ def test_full_node_objects_over_https_with_a_second_cluster(cluster: Cluster,
         assert other.pki is not None
         core = other.core()
         ns = "full-nodes"
-        core.create_namespace({"metadata": {"name": ns}})
+        other.create_namespace(ns)
         ext = Extender(other, ns, tmp_path,
                        GPUROSTER_TLS_CERT_FILE=str(other.pki.extender.cert),
                        GPUROSTER_TLS_KEY_FILE=str(other.pki.extender.key))

@@ -71,7 +71,7 @@ def ns(faulty: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     name = re.sub(r"[^a-z0-9-]", "", request.node.name.lower().replace("_", "-"))[:40]
     name = f"{name.strip('-')}-{random.randrange(16**5):05x}"
     core = faulty.core()
-    core.create_namespace({"metadata": {"name": name}})
+    faulty.create_namespace(name)
     yield name
     if faulty.running():
         core.delete_collection_namespaced_pod(name, grace_period_seconds=0)

@@ -218,6 +218,20 @@ def test_nodes_can_be_added_broken_and_removed(cluster: Cluster, nodes: list[str
     cluster.set_node_ready(nodes[0], True)
 
 
+def test_a_new_namespace_takes_pods_as_soon_as_the_harness_returns_it(cluster: Cluster) -> None:
+    # The ServiceAccount admission plugin refuses pods (403) until the controller-manager
+    # has made the namespace's `default` account; a CI run lost two tests to that lag.
+    core = cluster.core()
+    name = f"fresh-{int(time.time() * 1000) % 10**8}"
+    cluster.create_namespace(name)
+    try:
+        assert core.read_namespaced_service_account("default", name).metadata.name == "default"
+        core.create_namespaced_pod(name, objects.pod("cpu-only", gpus=0))
+    finally:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_namespace(name)
+
+
 def test_second_cluster_side_by_side_full_nodes_over_https(cluster: Cluster) -> None:
     # nodeCacheCapable: false sends whole Node objects, and enableHTTPS with the
     # cluster CA; this also proves two clusters run at once on their own ports.

@@ -177,7 +177,7 @@ def env_of(deploy: dict[str, Any]) -> dict[str, str]:
 def other_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"team-{uuid.uuid4().hex[:6]}"
     core: Any = cluster.core()
-    core.create_namespace({"metadata": {"name": name, "labels": {"gpuroster.io/e2e": "true"}}})
+    cluster.create_namespace(name, {"gpuroster.io/e2e": "true"})
     try:
         yield name
     finally:

@@ -365,12 +365,25 @@ class ReplayControl:
         return time.time() - started
 
 
-def _ensure_namespace(core: Any, ns: str) -> None:
+def _ensure_namespace(core: Any, ns: str, timeout: float = 30.0) -> None:
+    """The namespace, with its ``default`` ServiceAccount: until the controller-manager
+    makes that account, the API server refuses every pod in the namespace (403)."""
     try:
         core.create_namespace({"metadata": {"name": ns, "labels": {BENCH_LABEL: "true"}}})
     except ApiException as e:
         if e.status != 409:
             raise
+    deadline = time.time() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", ns)
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        if time.time() > deadline:
+            raise RuntimeError(f"no default ServiceAccount in namespace {ns} after {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def _wipe(core: Any, apps: Any, ns: str, timeout: float = 60.0) -> None:
