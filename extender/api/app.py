@@ -60,24 +60,33 @@ def _problem(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
+    """The request body, at most `limit` bytes (413 past it, 400 when empty), or None
+    when the client went away before sending it all."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise BadRequest(400, "bad Content-Length") from None
+            if declared > limit:
                 raise BadRequest(413, f"request body of {declared} bytes exceeds {limit}")
-        except ValueError:
-            raise BadRequest(400, "bad Content-Length") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise BadRequest(413, f"request body exceeds {limit} bytes")
         chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
     if not size:
         raise BadRequest(400, "empty request body: expected a JSON object")
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _parse(model: type[wire._Wire], raw: bytes) -> Any:
@@ -180,7 +189,10 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
     async def bind(request: Request) -> Response:
         t0 = time.perf_counter()
         try:
-            args = _parse(wire.ExtenderBindingArgs, await _body(request, max_body_bytes))
+            raw = await read_body(request.scope, request.receive, max_body_bytes)
+            if raw is None:
+                raise BadRequest(400, "the client went away before sending its body")
+            args = _parse(wire.ExtenderBindingArgs, raw)
             if not (args.PodName and args.PodNamespace and args.Node):
                 raise BadRequest(400, "PodName, PodNamespace and Node must not be empty")
         except BadRequest as e:
@@ -271,7 +283,7 @@ class HotPath:
                                                        "use POST"), "bad_request"
         else:
             try:
-                raw = await self._body(scope, receive)
+                raw = await read_body(scope, receive, self.limit)
                 if raw is None:
                     return  # the client went away: nobody to answer
                 body, outcome = answer(self.verbs, raw)
@@ -288,33 +300,6 @@ class HotPath:
         await send({"type": "http.response.body", "body": body})
         metrics.EXTENDER_REQUEST_DURATION.labels(verb=verb, outcome=outcome).observe(
             time.perf_counter() - t0)
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise BadRequest(400, "bad Content-Length") from None
-                if declared > self.limit:
-                    raise BadRequest(413, f"request body of {declared} bytes exceeds "
-                                          f"{self.limit}")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                raise BadRequest(413, f"request body exceeds {self.limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        if not size:
-            raise BadRequest(400, "empty request body: expected a JSON object")
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _problem_body(message: str) -> bytes:

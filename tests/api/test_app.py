@@ -168,6 +168,7 @@ def test_fast_names_agrees_with_the_full_parse_or_steps_aside() -> None:
     ("filter", b'{"Pod": {"metadata": {"name": "p"}, "spec": 7}, "NodeNames": []}', "spec"),
     ("prioritize", b'{"Pod": 3, "NodeNames": []}', "Pod"),
     ("prioritize", b"\xff\xfe", "malformed JSON"),
+    ("bind", b"", "empty request body"),
     ("bind", b'{"PodName": "p"}', "PodNamespace"),
     ("bind", b'{"PodName": 1, "PodNamespace": "n", "Node": "x"}', "PodName"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None)
@@ -178,10 +179,14 @@ def test_malformed_bodies_get_400_with_a_message(client: TestClient, verb: str, 
     assert needle in r.json()["Error"]
 
 
-def test_oversized_body_gets_413(client: TestClient) -> None:
-    r = client.post("/filter", content=b" " * (4096 * 1024 + 1))
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind"])
+def test_oversized_body_gets_413(client: TestClient, verb: str) -> None:
+    r = client.post("/" + verb, content=b" " * (4096 * 1024 + 1))
     assert r.status_code == 413
     assert "exceeds" in r.json()["Error"]
+    # and a declared length past the limit is refused before the body is read
+    r = client.post("/" + verb, content=b"{}", headers={"Content-Length": str(64 << 20)})
+    assert r.status_code == 413 and f"of {64 << 20} bytes" in r.json()["Error"], r.text
 
 
 def test_verb_exception_is_a_json_500_not_a_crash(verbs: StandIn) -> None:
