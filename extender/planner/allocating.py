@@ -263,11 +263,11 @@ class Gpuroster:
         locked: list[int],
         c: model.Cluster,
         W: int,
-        fill_now: bool = False,
-        guard: int = 0,
-        reach: dict[str, float] | None = None,
-        ceiling: float = math.inf,
-        beat: float = -math.inf,
+        fill_now: bool,
+        guard: int,
+        reach: dict[str, float],
+        ceiling: float,
+        beat: float,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -277,7 +277,7 @@ class Gpuroster:
         """
         o = self.options
         left = ceiling  # the reach of the jobs not yet placed or given up on
-        bar = beat - 1e-9 * max(1.0, abs(beat)) if reach is not None and o.decay >= 0 else -math.inf
+        bar = beat - 1e-9 * max(1.0, abs(beat)) if o.decay >= 0 else -math.inf
         occ = occ0[:]
         slack = slack0[:]
         cand = _Candidate(score=0.0)
@@ -305,7 +305,7 @@ class Gpuroster:
                 d = min(q.estimate_steps, W)
                 size = q.gpus
                 if any(size >= fs and d >= fd for fs, fd in failed):
-                    if final and reach is not None:
+                    if final:
                         left -= reach[q.name]
                         if cand.score + left < bar:
                             return None
@@ -362,7 +362,7 @@ class Gpuroster:
                 if not placed:
                     failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
                     failed.append((size, d))
-                if reach is not None and (placed or final):
+                if placed or final:
                     left -= reach[q.name]
                     if cand.score + left < bar:
                         return None
