@@ -268,6 +268,10 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
           settings: config.Settings) -> Gang | None:
     admitted = [p for p in members if ann.BLOCK in ann.annotations_of(p)]
     gang = Gang(name=name, pods=members)
+    # It arrived when its last pod was created (admitted or not: the controller
+    # re-plans a step's admissions as the queue they came from).
+    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members]
+    gang.arrival = max((c for c in created if c is not None), default=0.0)
     if admitted:
         if not any(pod_live(p) for p in admitted):
             return None  # finished: its block is free

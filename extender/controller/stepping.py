@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -184,7 +184,7 @@ class Controller:
         snap = self.take_snapshot()
         inp, problems = self.plan_input(snap, step, now)
         t0 = time.perf_counter()
-        plan = self.policy.plan(inp)
+        plan = self._plan(snap, inp)
         took = time.perf_counter() - t0
         metrics.PLAN_DURATION.observe(took)
         metrics.STEPS.inc()
@@ -206,6 +206,47 @@ class Controller:
         self._record(snap, plan, inp, step, now, admitted, took)
         self.rounds += 1
         return StepResult(step, sorted(admitted), scaled, plan, took)
+
+    def _plan(self, snap: snapshot.Snapshot, inp: model.PlanInput) -> model.Plan:
+        """The policy's plan for `inp`, as the step's first round would have made it.
+
+        A round later in the step sees the gangs this step already admitted as
+        running. Planning around them pinned is a different search from the one
+        that chose them, and a greedy one can then start more now than it would
+        have with everything known at the step's start (the simulator's view,
+        which plans once per step). So those gangs go back in the queue: if the
+        plan still starts each of them now on its block, its other starts are
+        what the step's start would have chosen given what is known now (pods
+        that came or ended since). Only when what came since changes one of them
+        is the plan made around them pinned.
+        """
+        mine = [r for r in inp.running if r.start_step == inp.now and r.name in snap.gangs]
+        if mine:
+            def arrival(r: model.RunningJob) -> int:
+                created = snap.gangs[r.name].arrival
+                if not created:
+                    return inp.now
+                at = (created - self.epoch) / self.settings.step_seconds
+                return min(inp.now, math.floor(at + 1e-9))
+
+            requeued = tuple(model.QueuedJob(r.name, r.gpus, r.estimate_steps, arrival(r),
+                                             r.priority, r.type) for r in mine)
+            again = replace(
+                inp,
+                running=tuple(r for r in inp.running if r.start_step != inp.now
+                              or r.name not in snap.gangs),
+                queued=tuple(sorted(inp.queued + requeued,
+                                    key=lambda q: (q.arrival_step, q.name))),
+            )
+            plan = self.policy.plan(again)
+            if all(plan.starts.get(r.name) == r.block for r in mine):
+                for r in mine:  # already admitted: the plan shows them as running
+                    del plan.starts[r.name]
+                    plan.planned_start.pop(r.name, None)
+                    plan.planned_block.pop(r.name, None)
+                    plan.reasons.pop(r.name, None)
+                return plan
+        return self.policy.plan(inp)
 
     # --- planner input ------------------------------------------------------------
 

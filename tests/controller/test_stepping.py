@@ -611,3 +611,25 @@ def test_a_move_due_late_in_a_step_waits_for_the_next_boundary() -> None:
     rig.step()
     evicted = [c[1] for c in rig.fake.calls if c[0] == "evict"]
     assert evicted == ["ns/svc-abc12-5", "ns/svc-abc12-4"]
+
+
+def test_a_later_round_in_the_step_starts_no_more_than_the_steps_plan() -> None:
+    # A queue (found by search) where the planner, re-run with the step's own
+    # starts pinned, finds room now that its first search left for later work:
+    # planned once per step (the simulator) j2 waits; re-planned after admitting,
+    # it would start. The round after an admission must not start it either.
+    rig = Rig(nodes=1)
+    gang(rig.fake, "r0", 1, 4, d="50s")
+    assert rig.step().admitted == ["ns/r0"]
+    rig.advance(2)
+    for name, gpus, steps in [("j0", 8, 10), ("j1", 4, 4), ("j2", 2, 7), ("j3", 1, 2),
+                              ("j4", 8, 7)]:
+        gang(rig.fake, name, 1, gpus, d=f"{steps * 10}s")
+    first = rig.step()
+    assert first.admitted == ["ns/j3"]
+    # The premise: planning around the admitted gangs pinned would start j2 now.
+    inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 2, rig.clock.now())
+    assert set(rig.ctl.policy.plan(inp).starts) == {"ns/j2"}
+    rig.clock.advance(1)
+    assert rig.step().admitted == []
+    assert ann.BLOCK not in rig.notes("ns/j2-0")
