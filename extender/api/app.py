@@ -40,6 +40,11 @@ class Verbs(Protocol):
     def filter(self, pod: dict[str, Any],
                nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]: ...
 
+    def verdict(self, pod: dict[str, Any]) -> str | None:
+        """A reason every node fails `pod` for (then `filter` would fail them all with
+        it), or None when the answer depends on the node."""
+        ...
+
     def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[tuple[str, int]]: ...
 
     def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None: ...
@@ -111,8 +116,10 @@ def _pod_of(pod: Any) -> dict[str, Any]:
     return pod
 
 
-def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool]:
-    """(Pod, candidate node names, whether the scheduler sent full Node objects)."""
+def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool, bool]:
+    """(Pod, candidate node names, whether the scheduler sent full Node objects,
+    whether the names came from Go's layout: then they need no JSON escapes)."""
+    plain = True
     fast = wire.fast_names(raw)
     if fast is not None:
         pod, names = fast
@@ -122,6 +129,7 @@ def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool]:
         full = True
         metrics.NODELIST_PARSES.labels(path="fast").inc()
     else:
+        plain = False
         args = _parse(wire.ExtenderArgsLean, raw)
         pod = args.Pod
         if args.NodeNames is None and args.Nodes is None:
@@ -134,15 +142,16 @@ def _read_args(raw: bytes) -> tuple[dict[str, Any], list[str], bool]:
             if n is None:
                 raise BadRequest(400, f"Nodes.items[{i}].metadata.name is missing")
         names = [n for n in found if n is not None]
-    return _pod_of(pod), names, full
+    return _pod_of(pod), names, full, plain
 
 
-def _filter_body(raw: bytes, passed: list[str], failed: dict[str, str], full: bool) -> bytes:
-    """ExtenderFilterResult as bytes; with full nodes, the passing Node objects verbatim."""
+def _filter_body(raw: bytes, passed: list[str], failed: bytes, full: bool) -> bytes:
+    """ExtenderFilterResult as bytes (`failed`: its FailedAndUnresolvableNodes, encoded);
+    with full nodes, the passing Node objects verbatim."""
     if not full:
         return b"".join([b'{"Nodes":null,"NodeNames":', pydantic_core.to_json(passed),
-                         b',"FailedNodes":{},"FailedAndUnresolvableNodes":',
-                         pydantic_core.to_json(failed), b',"Error":""}'])
+                         b',"FailedNodes":{},"FailedAndUnresolvableNodes":', failed,
+                         b',"Error":""}'])
     pieces = wire.raw_nodes(raw, passed)
     if pieces is None:  # not Go's layout: parse it all and re-encode the passing nodes
         args = _parse(wire.ExtenderArgs, raw)
@@ -150,8 +159,16 @@ def _filter_body(raw: bytes, passed: list[str], failed: dict[str, str], full: bo
         pieces = [pydantic_core.to_json(by_name[n]) for n in passed]
     return b"".join([b'{"Nodes":{"metadata":{},"items":[', b",".join(pieces),
                      b']},"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":',
-                     pydantic_core.to_json(failed), b',"Error":""}'])
+                     failed, b',"Error":""}'])
 
+
+def _all_failed(names: list[str], reason: str) -> bytes:
+    """`{name: reason}` for every name, as JSON; the names must need no escapes (Go's
+    layout, matched by the fast parsers, guarantees that)."""
+    if not names:
+        return b"{}"
+    why = json.dumps(reason)
+    return ('{"' + ('":' + why + ',"').join(names) + '":' + why + "}").encode()
 
 
 def _json(body: bytes, status: int = 200) -> Response:
@@ -239,13 +256,17 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
 # --- the hot path -------------------------------------------------------------------------
 
 def _filter(verbs: Verbs, raw: bytes) -> tuple[bytes, str]:
-    pod, names, full = _read_args(raw)
+    pod, names, full, plain = _read_args(raw)
+    if plain and (reason := verbs.verdict(pod)) is not None:
+        # A waiting pod: one reason for every node, written without a dict of them.
+        return _filter_body(raw, [], _all_failed(names, reason), full), "reject"
     passed, failed = verbs.filter(pod, names)
-    return _filter_body(raw, passed, failed, full), "pass" if passed else "reject"
+    return (_filter_body(raw, passed, pydantic_core.to_json(failed), full),
+            "pass" if passed else "reject")
 
 
 def _prioritize(verbs: Verbs, raw: bytes) -> tuple[bytes, str]:
-    pod, names, _ = _read_args(raw)
+    pod, names, _, _ = _read_args(raw)
     scores = verbs.prioritize(pod, names)
     # kube-scheduler adds Score x weight per listed host; a host left out adds 0,
     # so zero scores are not sent (a 1,000-node answer shrinks to a line).

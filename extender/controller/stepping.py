@@ -821,14 +821,36 @@ class Controller:
         svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
         if svc is not None and svc in t.service_planned:
             return self._filter_service(pod, svc, nodes, t)
+        reason = self._waiting(pod, k, t)
+        if reason is None:
+            return list(nodes), {}
+        return [], dict.fromkeys(nodes, reason)
+
+    def verdict(self, pod: Obj) -> str | None:
+        """The reason every node fails `pod` for, or None when it depends on the node.
+
+        The filter of a waiting pod sends one reason per candidate node; the HTTP
+        layer asks this first and writes that answer without building it per node.
+        """
+        t = self.table
+        k = ann.key(pod)
+        if t.assigned.get(k) or admitted_node(pod):
+            return None
+        svc = t.pod_service.get(k) or snapshot.deployment_of(pod)
+        if svc is not None and svc in t.service_planned:
+            return None
+        return self._waiting(pod, k, t)
+
+    def _waiting(self, pod: Obj, k: str, t: Table) -> str | None:
+        """Why a pod with no block and no service waits; None if it is not ours."""
         reason = t.waiting.get(k)
         if reason is None:
             ns = (pod.get("metadata") or {}).get("namespace")
             if self.settings.namespaces and ns not in self.settings.namespaces:
-                return list(nodes), {}
+                return None
             when = format_clock(t.next_step_at, self.settings.step_seconds)
             reason = f"waiting: not planned yet (next step at {when})"
-        return [], dict.fromkeys(nodes, reason)
+        return reason
 
     def _filter_service(self, pod: Obj, svc: str, nodes: Sequence[str],
                         t: Table) -> tuple[list[str], dict[str, str]]:

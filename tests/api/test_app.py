@@ -15,6 +15,7 @@ from extender.api import page, wire
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "extender"
 WHY = "waiting: planned start 14:00 on gpu-node-1 (step 14)"
+WAITING = 'waiting: "gang" g \u00e9t\u00e9 \\ 3 of 4 pods exist'  # quotes, a backslash, non-ASCII
 
 
 def fixture(name: str) -> bytes:
@@ -28,8 +29,14 @@ class StandIn:
         self.binds: list[tuple[str, str, str | None, str]] = []
 
     def filter(self, pod: dict[str, Any], nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        if pod["metadata"]["name"] == "waiting":
+            return [], dict.fromkeys(nodes, WAITING)
         return [n for n in nodes if n == "gpu-node-1"], {n: WHY for n in nodes
                                                          if n != "gpu-node-1"}
+
+    def verdict(self, pod: dict[str, Any]) -> str | None:
+        # A pod named "waiting" fails everywhere, as the controller's waiting pods do.
+        return WAITING if pod["metadata"]["name"] == "waiting" else None
 
     def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[tuple[str, int]]:
         return [(n, 10 if n == "gpu-node-1" else 0) for n in nodes]
@@ -67,6 +74,25 @@ def test_filter_matches_the_golden_answer(client: TestClient, args: str, result:
     assert r.json() == json.loads(fixture(result))
     # and byte for byte, in Go's key order
     assert r.content == fixture(result)
+
+
+@pytest.mark.parametrize("args", ["filter-args-nodenames.json", "filter-args-nodelist.json"])
+def test_a_pod_failing_everywhere_gets_the_same_answer_by_every_path(client: TestClient,
+                                                                     args: str) -> None:
+    # The verdict path writes the per-node reasons without building them; the general
+    # path (pretty-printed body: no fast parse, no verdict) must read the same.
+    doc = json.loads(fixture(args))
+    doc["Pod"]["metadata"]["name"] = "waiting"
+    compact = json.dumps(doc, separators=(",", ":")).encode()
+    assert (wire.fast_names(compact) or wire.fast_node_names(compact)) is not None
+    fast = client.post("/filter", content=compact)
+    slow = client.post("/filter", content=json.dumps(doc, indent=1).encode())
+    assert fast.status_code == slow.status_code == 200
+    assert fast.json() == slow.json()
+    assert fast.json()["FailedAndUnresolvableNodes"] == dict.fromkeys(
+        ["gpu-node-0", "gpu-node-1", "gpu-node-2"], WAITING)
+    assert fast.json()["Nodes" if "nodelist" in args else "NodeNames"] in (
+        [], {"metadata": {}, "items": []})
 
 
 def test_filter_with_pretty_printed_nodes_falls_back_to_a_full_parse(client: TestClient) -> None:

@@ -633,3 +633,24 @@ def test_a_later_round_in_the_step_starts_no_more_than_the_steps_plan() -> None:
     rig.clock.advance(1)
     assert rig.step().admitted == []
     assert ann.BLOCK not in rig.notes("ns/j2-0")
+
+
+def test_verdict_is_the_filter_answer_whenever_it_gives_one() -> None:
+    rig = Rig()
+    gang(rig.fake, "ok", 1, 2)
+    gang(rig.fake, "big", 1, 16)  # two 8-GPU nodes: waits behind ok
+    rig.fake.add("pods", make_pod("bad").gpus(2).annotate(
+        **{"gpuroster.io/priority": "urgent!"}).build())
+    rig.fake.add("pods", make_pod("partial").gpus(2).gang("partial", 2).build())
+    rig.step()
+    nodes = ["gpu-node-0", "gpu-node-1"]
+    seen = {}
+    for key in ("ns/ok-0", "ns/big-0", "ns/bad", "ns/partial"):
+        pod = rig.fake.pod(key)
+        why = rig.ctl.verdict(pod)
+        passed, failed = rig.ctl.filter(pod, nodes)
+        if why is not None:
+            assert (passed, failed) == ([], dict.fromkeys(nodes, why)), key
+        seen[key] = why
+    assert seen["ns/ok-0"] is None  # admitted: the answer depends on the node
+    assert all(seen[k] for k in ("ns/big-0", "ns/bad", "ns/partial")), seen
