@@ -110,7 +110,7 @@ soak: venv
 
 # 5,000 pods over 512 fake GPU nodes through the real kube-scheduler.
 bench-scale: venv cluster-bin
-	$(PY) bench/cluster_scale.py --pods 5000 --nodes 512 --step-seconds 20
+	$(PY) bench/cluster_scale.py --pods 5000 --nodes 512 --step-seconds 90
 
 # --- the main jobs ---------------------------------------------------------------
 
