@@ -263,15 +263,17 @@ def _fallback_gang(pod: Obj) -> str:
     return f"{m.get('namespace', '')}/{a.get(ann.GANG) or m.get('name', '')}"
 
 
+def _last_created(pods: list[Obj]) -> float:
+    """When a gang arrived: its last pod's creation time (0.0 if none carries one)."""
+    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
+    return max((c for c in created if c is not None), default=0.0)
+
+
 def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.AnnotationError],
           cluster: model.Cluster, nodes: list[str], index: Mapping[str, int],
           settings: config.Settings) -> Gang | None:
     admitted = [p for p in members if ann.BLOCK in ann.annotations_of(p)]
     gang = Gang(name=name, pods=members)
-    # It arrived when its last pod was created (admitted or not: the controller
-    # re-plans a step's admissions as the queue they came from).
-    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members]
-    gang.arrival = max((c for c in created if c is not None), default=0.0)
     if admitted:
         if not any(pod_live(p) for p in admitted):
             return None  # finished: its block is free
@@ -294,6 +296,9 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
         gang.work = w0 if isinstance(w0, ann.PodWork) else None
         gang.gpus = block.size
         gang.admission = Admission(block=block, admitted_at=t, nodes=per_pod)
+        # Kept for admitted gangs too: a later round in the step re-plans the step's
+        # admissions as the queue they came from.
+        gang.arrival = _last_created(members)
         gang.pods = admitted
         late = [ann.key(p) for p in members if ann.BLOCK not in ann.annotations_of(p)]
         if late:
@@ -316,8 +321,7 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
                 return gang
     gang.work = first
     gang.gpus = sum(w.gpus for w in ws)
-    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in live]
-    gang.arrival = max((c for c in created if c is not None), default=0.0)
+    gang.arrival = _last_created(live)
     if len(live) > first.gang_size:
         gang.error = f"gang {name} has {len(live)} pods but {ann.GANG_SIZE} is {first.gang_size}"
         return gang

@@ -231,10 +231,10 @@ class Controller:
 
             requeued = tuple(model.QueuedJob(r.name, r.gpus, r.estimate_steps, arrival(r),
                                              r.priority, r.type) for r in mine)
+            names = {r.name for r in mine}
             again = replace(
                 inp,
-                running=tuple(r for r in inp.running if r.start_step != inp.now
-                              or r.name not in snap.gangs),
+                running=tuple(r for r in inp.running if r.name not in names),
                 queued=tuple(sorted(inp.queued + requeued,
                                     key=lambda q: (q.arrival_step, q.name))),
             )
