@@ -7,6 +7,8 @@ have tags): they stay plain dicts here, passed through untouched.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
@@ -99,6 +101,13 @@ class ExtenderArgsLean(_Wire):
         return [n.metadata.name if n.metadata else None for n in self.Nodes.items]
 
 
+# Where Go writes a Node: `{"metadata":{"name":"N"` opens every item of a NodeList.
+_GO_NODE = re.compile(rb'\{"metadata":\{"name":"([a-zA-Z0-9.\-]+)"')
+# A NodeNames list as Go writes it; a name matched here needs no JSON escapes.
+_GO_NAMES = re.compile(rb'"[a-zA-Z0-9.\-]+"(?:,"[a-zA-Z0-9.\-]+")*')
+_DECODER = json.JSONDecoder()
+
+
 def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
     """The raw JSON of the Node objects named `names`, cut out of an ExtenderArgs body.
 
@@ -106,11 +115,8 @@ def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
     candidate found that way is decoded on its own and checked. None when any
     is not found like that: the caller falls back to a full parse.
     """
-    import json
-
     if not names:
         return []
-    decoder = json.JSONDecoder()
     opener = b'{"metadata":{"name":'
     out = []
     for name in names:
@@ -121,7 +127,7 @@ def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
         nxt = body.find(opener, at + 1)
         chunk = body[at: nxt if nxt >= 0 else len(body)].decode("utf-8", errors="replace")
         try:
-            obj, end = decoder.raw_decode(chunk)
+            obj, end = _DECODER.raw_decode(chunk)
         except ValueError:
             return None
         if node_name(obj) != name:
@@ -130,18 +136,12 @@ def raw_nodes(body: bytes, names: list[str]) -> list[bytes] | None:
     return out
 
 
-_GO_NODE = None
-_GO_NAMES = None
-
-
 def _go_pod(body: bytes, start: int, stop: int) -> dict[str, Any] | None:
     """The Pod object that fills body[start:stop] exactly, or None (then the marker
     found after it was inside the Pod: not Go's layout after all)."""
-    import json
-
     try:
         text = body[:stop].decode("utf-8", errors="strict")
-        pod, end = json.JSONDecoder().raw_decode(text, start)
+        pod, end = _DECODER.raw_decode(text, start)
     except (ValueError, UnicodeDecodeError):
         return None
     return pod if isinstance(pod, dict) and end == len(text) else None
@@ -153,11 +153,6 @@ def fast_node_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     (`{"metadata":{"name":"N"` opens every item; a Node has no nested ObjectMeta).
     None unless the body has exactly Go's shape: the caller then parses it fully.
     """
-    import re
-
-    global _GO_NODE
-    if _GO_NODE is None:
-        _GO_NODE = re.compile(rb'\{"metadata":\{"name":"([a-zA-Z0-9.\-]+)"')
     head = b'{"Pod":'
     if not body.startswith(head) or not body.endswith(b']},"NodeNames":null}'):
         return None
@@ -185,11 +180,6 @@ def fast_names(body: bytes) -> tuple[dict[str, Any], list[str]] | None:
     `,"Nodes":null,"NodeNames":["a","b"]}`, and a node name needs no escapes. None
     unless the body has exactly that shape: the caller then parses it fully.
     """
-    import re
-
-    global _GO_NAMES
-    if _GO_NAMES is None:
-        _GO_NAMES = re.compile(rb'"[a-zA-Z0-9.\-]+"(?:,"[a-zA-Z0-9.\-]+")*')
     head, marker = b'{"Pod":', b',"Nodes":null,"NodeNames":['
     if not body.startswith(head) or not body.endswith(b"]}"):
         return None
