@@ -18,9 +18,11 @@ Every re-plan builds the whole horizon, and only its first step is committed.
 4. Several queue orders are tried and the plan with the best objective wins:
    priority x GPUs x time-decay weight for the batch work, minus the
    real-time shortfall priced at `realtime_penalty` times its weight. Within
-   a priority: by arrival, widest, shortest or longest first; and once more
-   by priority with every job that fits now started first, the rest planned
-   around them (a job that fits today's hole is not kept out of it by the
+   a priority: by arrival, widest or longest first; by reach (priority squared
+   x GPUs x the square root of the estimate: a much wider job of the next
+   priority down can go first, and the objective decides whether that pays);
+   and once more by priority with every job that fits now started first, the
+   rest planned around them (a job that fits today's hole is not kept out of it by the
    reservation of an equal job that cannot start yet, unless that pays).
 
 The rules of MODEL.md hold by construction; the simulator checks them anyway.
@@ -51,7 +53,9 @@ class Options:
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
     overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room
-    orders: tuple[str, ...] = ("priority", "priority-size", "priority-short", "priority-long")
+    # "reach" took the place of "priority-short" (shortest first within a priority)
+    # on 2026-12-01, at the same cost: see `_ordered`.
+    orders: tuple[str, ...] = ("priority", "priority-size", "reach", "priority-long")
     # One more pass in priority order that first starts every job that fits now.
     fill_now: bool = True
 
@@ -378,6 +382,19 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
         return sorted(queue, key=lambda q: (-q.priority, q.estimate_steps, q.arrival_step))
     if order == "priority-long":
         return sorted(queue, key=lambda q: (-q.priority, -q.estimate_steps, q.arrival_step))
+    if order == "reach":
+        # Wide, valuable work first: a 32-GPU job of priority 1 goes before a 4-GPU
+        # job of priority 2 (in scale-test, the plan that does so wins, and no
+        # priority order finds it). Squared, priority still dominates, so wide
+        # low-priority work rarely pushes back a top-priority job; the square root
+        # keeps a long job from outranking a wide one by length alone.
+        # Chosen over p x g x sqrt(e), p x sqrt(g x e) and p^1.5 x g x sqrt(e) on the
+        # seven scenarios and 60 generated contended ones (seeds 100-114): in place
+        # of shortest-first, +1.0% value on average there (31 better, 8 worse, worst
+        # -2.8%), the top priority's mean wait +0.1 step. On 60 fresh ones (seeds
+        # 200-214): +0.7% (30 better, 12 worse, worst -6.6%), mean wait +0.2 step.
+        return sorted(queue, key=lambda q: (
+            -q.priority * q.priority * q.gpus * math.sqrt(q.estimate_steps), q.arrival_step))
     if order == "arrival":
         return sorted(queue, key=lambda q: q.arrival_step)
     if order == "value-density":

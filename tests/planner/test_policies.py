@@ -54,18 +54,9 @@ def test_gpuroster_beats_fifo_in_utilization_where_contended(name: str) -> None:
 
 
 PEER_CASES = [(n, p) for n in scenarios.builtin_names() for p in ("priority-skip", "priority-easy")]
-KNOWN_MISSES = {("scale-test", "priority-easy")}
 
 
-@pytest.mark.parametrize(
-    ("name", "peer"),
-    [
-        pytest.param(n, p, marks=pytest.mark.xfail(strict=True, reason="known miss: see README"))
-        if (n, p) in KNOWN_MISSES
-        else (n, p)
-        for n, p in PEER_CASES
-    ],
-)
+@pytest.mark.parametrize(("name", "peer"), PEER_CASES)
 def test_gpuroster_beats_every_peer_in_value(name: str, peer: str) -> None:
     assert result(name, "gpuroster").value > result(name, peer).value
 
