@@ -181,7 +181,7 @@ class Gpuroster:
 
         starving = [q for q in inp.queued if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in inp.queued if now - q.arrival_step < o.max_wait_steps]
-        starving.sort(key=lambda q: q.arrival_step)
+        starving.sort(key=lambda q: (q.arrival_step, q.name))
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
         # Trying several orders pays on small queues; on long ones one pass is the budget.
@@ -243,7 +243,7 @@ class Gpuroster:
         for p in best.placed:
             if 0 < p.step <= o.migrate_steps:
                 wanted_soon |= p.block.mask
-        for v in sorted(inp.services, key=lambda v: -v.priority):
+        for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap
             gpus = scaling.assign(
@@ -374,6 +374,10 @@ class Gpuroster:
 
 
 def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
+    """`queue` in `order`; ties go by name, so the plan does not depend on the order
+    the caller listed the jobs in (the simulator lists them as its file does, the
+    controller by arrival and name)."""
+    queue = sorted(queue, key=lambda q: q.name)  # the sorts below are stable
     if order == "priority":
         return sorted(queue, key=lambda q: (-q.priority, q.arrival_step))
     if order == "priority-size":

@@ -58,6 +58,7 @@ def misleading() -> model.Scenario:
 def test_beats_the_fast_plan_where_order_misleads_it() -> None:
     s = misleading()
     fast = run(s, policies.create("gpuroster"))
+    assert fast.value == pytest.approx(16.0)  # a + c: the premise
     full = exact.Full(time_limit_s=2.0)
     assert run(s, full).value > fast.value
     first = full.stats[0]
