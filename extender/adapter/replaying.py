@@ -48,6 +48,7 @@ from extender.planner import model
 log = logging.getLogger(__name__)
 
 NODE_PREFIX = "bench-node-"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 SIMULATED_RUNTIME = "gpuroster.io/simulated-runtime"
 BENCH_LABEL = "gpuroster.io/bench"
@@ -386,8 +387,20 @@ def _ensure_namespace(core: Any, ns: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+def _stale_leases(leases: Any) -> list[str]:
+    return [x.metadata.name for x in leases.list_namespaced_lease(NODE_LEASE_NAMESPACE).items
+            if x.metadata.name.startswith(NODE_PREFIX)]
+
+
 def _wipe(core: Any, apps: Any, ns: str, timeout: float = 60.0) -> None:
-    """An empty namespace and no bench nodes: every replay starts from the same state."""
+    """An empty namespace and no bench nodes: every replay starts from the same state.
+
+    The bench nodes' leases go too. The next replay's nodes have the same names; a
+    lease the garbage collector has not yet removed makes KWOK's lease create for
+    the new node fail, the node is never heartbeated, and 50 s in the node
+    controller marks it NotReady mid-replay (seen: mixed-control lost 7 points).
+    """
+    leases: Any = k8s.CoordinationV1Api(core.api_client)
     _ensure_namespace(core, ns)
     for d in apps.list_namespaced_deployment(ns).items:
         apps.delete_namespaced_deployment(d.metadata.name, ns)
@@ -397,9 +410,17 @@ def _wipe(core: Any, apps: Any, ns: str, timeout: float = 60.0) -> None:
         core.delete_node(n.metadata.name)
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if not core.list_node(label_selector=BENCH_LABEL).items:
+            for name in _stale_leases(leases):  # KWOK may renew one until its node is gone
+                try:
+                    leases.delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
         if (
             not core.list_namespaced_pod(ns).items
             and not core.list_node(label_selector=BENCH_LABEL).items
+            and not _stale_leases(leases)
         ):
             return
         for p in core.list_namespaced_pod(ns).items:  # KWOK may not finish deletions alone
