@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
 from extender import cli, clusterbench, scenarios
 from extender.adapter import replaying
@@ -60,6 +61,26 @@ def test_cluster_run_agrees_with_the_simulator(
         # the point of it, on the real thing: gpuroster beats fifo's simulated value
         fifo = clusterbench.simulating.simulate(s, "fifo")
         assert row.cluster.value > clusterbench.metrics.compute(s, fifo.grid).value
+
+
+def test_a_replay_starts_without_the_last_replays_node_leases(
+    bench_cluster: tuple[str, int],
+) -> None:
+    # A lease left from an earlier bench node of the same name keeps KWOK from
+    # heartbeating the new node, which then goes NotReady 50 s into the replay.
+    kubeconfig, _ = bench_cluster
+    api = replaying._api(kubeconfig)
+    core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+    leases = k8s.CoordinationV1Api(api)
+    name = f"{replaying.NODE_PREFIX}0"
+    leases.create_namespaced_lease(replaying.NODE_LEASE_NAMESPACE, {
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40},
+    })
+    replaying._wipe(core, apps, "gpuroster-bench")
+    left = [x.metadata.name for x in
+            leases.list_namespaced_lease(replaying.NODE_LEASE_NAMESPACE).items]
+    assert not [n for n in left if n.startswith(replaying.NODE_PREFIX)], left
 
 
 def test_cluster_bench_refuses_unsupported_policies() -> None:
