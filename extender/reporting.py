@@ -21,6 +21,8 @@ def _colours(n: int, services: int) -> ListedColormap:
     base: list[Any] = []
     for name in ("tab20", "tab20b", "tab20c"):
         base += list(plt.get_cmap(name).colors)  # type: ignore[attr-defined]
+    # No greys for jobs: grey means a service's reserved-but-idle GPUs, dark means a service.
+    base = [c for c in base if max(c) - min(c) > 0.08]
     jobs = [base[i % len(base)] for i in range(n - services)]
     svc = [(0.15, 0.15, 0.15)] * services  # services drawn dark so troughs and peaks stand out
     held_idle = (0.78, 0.78, 0.78)  # a service's GPUs above its demand: reserved, not used
