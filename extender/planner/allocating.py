@@ -393,10 +393,10 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
         # low-priority work rarely pushes back a top-priority job; the square root
         # keeps a long job from outranking a wide one by length alone.
         # Chosen over p x g x sqrt(e), p x sqrt(g x e) and p^1.5 x g x sqrt(e) on the
-        # seven scenarios and 60 generated contended ones (seeds 100-114): in place
-        # of shortest-first, +1.0% value on average there (31 better, 8 worse, worst
-        # -2.8%), the top priority's mean wait +0.1 step. On 60 fresh ones (seeds
-        # 200-214): +0.7% (30 better, 12 worse, worst -6.6%), mean wait +0.2 step.
+        # seven scenarios and 60 generated contended ones (seeds 100-114). In place of
+        # shortest-first, with ties by name: +0.9% value on average there (29 better,
+        # 10 worse, worst -3.7%); on 60 others (seeds 200-214) +0.6% (29 better, 13
+        # worse, worst -9.7%); the top priority's mean wait +0.25 step on both.
         return sorted(queue, key=lambda q: (
             -q.priority * q.priority * q.gpus * math.sqrt(q.estimate_steps), q.arrival_step))
     if order == "arrival":
