@@ -9,14 +9,15 @@ from extender.planner import generator, legality, metrics, model, simulating
 from tests.builders import scenario
 
 
-def fragmentation() -> model.Scenario:
-    # 4 GPUs, 2 steps. a (2 GPUs, prio 3) + c (2 GPUs, prio 1) = 16; b alone (4 GPUs, 2.5) = 20.
+def fragmentation(b_priority: float = 2.5) -> model.Scenario:
+    # 4 GPUs, 2 steps. a (2 GPUs, prio 3) + c (2 GPUs, prio 1) = 16; b alone (4 GPUs) =
+    # 8 x b_priority: 20 by default.
     return (
         scenario("frag")
         .nodes(1, 4)
         .window(2, horizon=2)
         .job("a", gpus=2, d=2, priority=3)
-        .job("b", gpus=4, d=2, priority=2.5)
+        .job("b", gpus=4, d=2, priority=b_priority)
         .job("c", gpus=2, d=2, priority=1)
         .build()
     )

@@ -41,22 +41,10 @@ def test_finds_the_hand_optimum(build: Callable[[], model.Scenario], optimum: fl
     assert all(st.status in ("OPTIMAL", "trivial") for st in full.stats)
 
 
-def misleading() -> model.Scenario:
-    # fragmentation() with b at priority 2.1: a + c = 16 < b alone = 16.8. Every fast
-    # order puts a first (priority; and reach, 2.1^2 x 4 < 3^2 x 2), and then b never fits.
-    return (
-        scenario("frag-close")
-        .nodes(1, 4)
-        .window(2, horizon=2)
-        .job("a", gpus=2, d=2, priority=3)
-        .job("b", gpus=4, d=2, priority=2.1)
-        .job("c", gpus=2, d=2, priority=1)
-        .build()
-    )
-
-
 def test_beats_the_fast_plan_where_order_misleads_it() -> None:
-    s = misleading()
+    # b at priority 2.1: a + c = 16 < b alone = 16.8. Every fast order puts a first
+    # (priority; and reach, 2.1^2 x 4 < 3^2 x 2), and then b never fits.
+    s = fragmentation(b_priority=2.1)
     fast = run(s, policies.create("gpuroster"))
     assert fast.value == pytest.approx(16.0)  # a + c: the premise
     full = exact.Full(time_limit_s=2.0)
