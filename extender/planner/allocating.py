@@ -132,7 +132,11 @@ class Gpuroster:
         now, H = inp.now, inp.horizon
         all_gpus = (1 << c.gpus) - 1
         unavailable = blocks.mask_of(inp.unavailable_gpus)
-        longest = max((q.estimate_steps for q in inp.queued), default=1)
+        # By name: every order below sorts stably, so ties go by name and the plan does not
+        # depend on how the caller listed the jobs (the simulator as its file does, the
+        # controller by arrival and name).
+        queue = sorted(inp.queued, key=lambda q: q.name)
+        longest = max((q.estimate_steps for q in queue), default=1)
         W = min(int(H * o.reserve_factor) + longest, H + o.lookahead_cap)
 
         # Batch occupancy per step from the pinned running jobs.
@@ -179,21 +183,21 @@ class Gpuroster:
                     break
                 locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
 
-        starving = [q for q in inp.queued if now - q.arrival_step >= o.max_wait_steps]
-        rest = [q for q in inp.queued if now - q.arrival_step < o.max_wait_steps]
-        starving.sort(key=lambda q: (q.arrival_step, q.name))
+        starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
+        rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
+        starving.sort(key=lambda q: q.arrival_step)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
         # Trying several orders pays on small queues; on long ones one pass is the budget.
         passes = [(order, False) for order in o.orders]
         if o.fill_now:
             passes.append(("priority", True))
-        if len(inp.queued) > o.multi_order_max_queue:
+        if len(queue) > o.multi_order_max_queue:
             passes = passes[:1]
         # Every job starting now is the most any order can score: once an order
         # reaches that, the others cannot win.
         cum = _cumulative_weights(o.decay, W)
-        reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in inp.queued}
+        reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in queue}
         ceiling = sum(reach.values())
         n_off = unavailable.bit_count()
         # Room left for batch work at each step (capacity already excludes the
@@ -202,17 +206,17 @@ class Gpuroster:
         guard = o.overrun_guard if inp.services else 0
         queues: list[tuple[int, list[model.QueuedJob], bool]] = []
         for i, (order, fill_now) in enumerate(passes):
-            queue = starving + _ordered(rest, order)
-            key = ("fill-now" if fill_now else "",) + tuple(q.name for q in queue)
+            ordered = starving + _ordered(rest, order)
+            key = ("fill-now" if fill_now else "",) + tuple(q.name for q in ordered)
             if key not in seen:
                 seen.add(key)
-                queues.append((i, queue, fill_now))
+                queues.append((i, ordered, fill_now))
         queues.sort(key=lambda x: x[0] != self._last_winner)
         best_at = len(passes)
-        for i, queue, fill_now in queues:
+        for i, ordered, fill_now in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
-            cand = self._place(queue, occ, slack, locked, c, W, fill_now, guard,
+            cand = self._place(ordered, occ, slack, locked, c, W, fill_now, guard,
                                reach, ceiling, best.score)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
@@ -374,10 +378,7 @@ class Gpuroster:
 
 
 def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
-    """`queue` in `order`; ties go by name, so the plan does not depend on the order
-    the caller listed the jobs in (the simulator lists them as its file does, the
-    controller by arrival and name)."""
-    queue = sorted(queue, key=lambda q: q.name)  # the sorts below are stable
+    """`queue` in `order`; the sorts are stable, so ties keep the queue's order."""
     if order == "priority":
         return sorted(queue, key=lambda q: (-q.priority, q.arrival_step))
     if order == "priority-size":
