@@ -410,18 +410,15 @@ def _wipe(core: Any, apps: Any, ns: str, timeout: float = 60.0) -> None:
         core.delete_node(n.metadata.name)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if not core.list_node(label_selector=BENCH_LABEL).items:
+        nodes_gone = not core.list_node(label_selector=BENCH_LABEL).items
+        if nodes_gone:
             for name in _stale_leases(leases):  # KWOK may renew one until its node is gone
                 try:
                     leases.delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)
                 except ApiException as e:
                     if e.status != 404:
                         raise
-        if (
-            not core.list_namespaced_pod(ns).items
-            and not core.list_node(label_selector=BENCH_LABEL).items
-            and not _stale_leases(leases)
-        ):
+        if nodes_gone and not core.list_namespaced_pod(ns).items and not _stale_leases(leases):
             return
         for p in core.list_namespaced_pod(ns).items:  # KWOK may not finish deletions alone
             try:
