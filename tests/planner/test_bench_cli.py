@@ -53,6 +53,26 @@ def test_bench_prints_the_table_and_writes_checkable_results(
     assert cli.main(["check", "training-heavy", str(forged)]) == 1
 
 
+def test_optimality_table_shows_the_bound_over_fifo() -> None:
+    # The bound column is what no policy can pass; "bound/fifo" is the most any policy
+    # could gain over fifo on the scenario (against the published gains).
+    from extender import benchmarking, scenarios
+
+    s = scenarios.load(scenarios.resolve("training-heavy"))
+    rows = [benchmarking.run_one(s, p, progress=False) for p in ("fifo", "gpuroster")]
+    table = benchmarking.optimality_table(rows, [s], bound_seconds=20.0)
+    head, line = table.splitlines()
+    assert head.split()[-1] == "bound/fifo"
+    cells = line.split()
+    fast, bound = float(cells[1]), float(cells[3])
+    fifo = rows[0].metrics.value
+    assert fast == pytest.approx(rows[1].metrics.value, abs=0.5)
+    assert fast <= bound + 0.5
+    # the printed bound is rounded to a whole value: 0.5 in ~1,900 is 0.03 points
+    assert float(cells[-1].rstrip("%")) == pytest.approx(100 * (bound / fifo - 1), abs=0.1)
+    assert float(cells[-1].rstrip("%")) > 0
+
+
 def test_check_judges_a_cluster_result_by_its_pod_churn(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
