@@ -304,35 +304,6 @@ def test_bad_annotations_get_an_event_and_leave_the_rest_alone(
     assert cond and cond[0].status == "False" and "fishing" in cond[0].message
 
 
-def test_the_real_scheduler_reads_gzipped_answers(
-        core: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    # kube-scheduler asks for gzip (Go's default transport); with the threshold at 0
-    # every filter and prioritize answer goes gzipped, and the plan must hold as before.
-    ext = Extender(cluster, namespace, tmp_path, GPUROSTER_GZIP_MIN_BYTES="0")
-    ext.start()
-    try:
-        names = gang_pods(core, namespace, "zipped", 2, 4, runtime="30s", duration="30s")
-        pods = wait_for(lambda: all_bound(core, namespace, names), 30, "the gang to bind")
-        assert len({p.spec.node_name for p in pods}) == 1
-        assert len({p.metadata.annotations[BLOCK] for p in pods}) == 1
-        # A waiting pod's reasons reach the scheduler's own event, so it decoded them.
-        lone = "lone-0"
-        core.create_namespaced_pod(namespace, objects.pod(lone, gpus=2, runtime="30s",
-                                                          annotations={
-            "gpuroster.io/gang": "lone", "gpuroster.io/gang-size": "2",
-            "gpuroster.io/expected-duration": "30s", "gpuroster.io/workload": "training"}))
-        wait_for(lambda: any(e.reason == "FailedScheduling"
-                             and "waiting for the gang" in (e.message or "")
-                             for e in events_for(core, namespace, lone)),
-                 30, "kube-scheduler's FailedScheduling event with gpuroster's reason")
-        assert not core.read_namespaced_pod(lone, namespace).spec.node_name
-        zipped = [ln for ln in ext.get("/metrics").splitlines()
-                  if ln.startswith('gpuroster_extender_gzipped_answers_total{verb="filter"}')]
-        assert zipped and float(zipped[0].rsplit(" ", 1)[1]) >= 2, zipped
-    finally:
-        ext.stop()
-
-
 @pytest.mark.parametrize(("verb", "body", "status", "needle"), [
     ("filter", b"{not json", 400, "malformed JSON"),
     ("filter", b"", 400, "empty request body"),

@@ -80,7 +80,6 @@ class Settings:
     epoch: float = 0.0  # unix time of step 0; 0 = service start
     resync_seconds: float = 300.0
     max_body_bytes: int = 64 * 1024 * 1024
-    gzip_min_bytes: int = 8 * 1024
 
     def __post_init__(self) -> None:
         validate(self)
@@ -147,8 +146,6 @@ def validate(s: Settings) -> None:
         raise bad("resync_seconds", "must be positive")
     if s.max_body_bytes < 1024:
         raise bad("max_body_bytes", "must be at least 1024")
-    if s.gzip_min_bytes < 0:
-        raise bad("gzip_min_bytes", "must be 0 or more")
 
 
 # name, env suffix, parser from text, help
@@ -180,8 +177,6 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("epoch", float, "unix time of step 0 (0: when the service starts)"),
     ("resync_seconds", float, "full relist of the cache every this many seconds"),
     ("max_body_bytes", int, "largest extender request body accepted"),
-    ("gzip_min_bytes", int, "filter/prioritize answers this large or larger go gzipped to a "
-     "client that accepts gzip (kube-scheduler does)"),
 )
 
 

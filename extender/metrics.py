@@ -49,10 +49,6 @@ NODELIST_PARSES = Counter(
     "gpuroster_extender_nodelist_parses_total",
     "Extender calls with full Node objects, by how they were read: fast (Go's layout: "
     "names only) or full (a complete parse).", ["path"], registry=REGISTRY)
-GZIPPED_ANSWERS = Counter(
-    "gpuroster_extender_gzipped_answers_total",
-    "Filter and prioritize answers sent gzipped (large, to a client that accepts gzip).",
-    ["verb"], registry=REGISTRY)
 ANNOTATION_ERRORS = Counter(
     "gpuroster_annotation_errors_total", "Pods or Deployments found with bad annotations.",
     registry=REGISTRY)

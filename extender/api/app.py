@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -180,33 +179,12 @@ def _error(status: int, message: str) -> Response:
     return _json(_problem_body(message), status)
 
 
-# A waiting pod's filter answer names every node with the same reason: 57 KiB for 1,000
-# nodes, 2.7 KiB gzipped in 0.1 ms. kube-scheduler's extender client is Go's default
-# transport, which asks for gzip and inflates transparently; on two shared cores the
-# smaller write took the pair's p99 from 4.0-5.0 ms to about 3 ms. Small answers go
-# as they are: compressing them costs more than it saves.
-GZIP_MIN_BYTES = 8 * 1024
-
-
-def _accepts_gzip(scope: Scope) -> bool:
-    for key, value in scope["headers"]:
-        if key == b"accept-encoding":
-            return b"gzip" in value.lower()
-    return False
-
-
-def _gzip(body: bytes) -> bytes:
-    z = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: the gzip container
-    return z.compress(body) + z.flush()
-
-
 def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
                ready: Callable[[], bool] = lambda: True,
                healthy: Callable[[], bool] = lambda: True,
                on_start: Callable[[], None] | None = None,
                on_stop: Callable[[], None] | None = None,
-               max_body_bytes: int = 64 * 1024 * 1024,
-               gzip_min_bytes: int = GZIP_MIN_BYTES) -> HotPath:
+               max_body_bytes: int = 64 * 1024 * 1024) -> HotPath:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if on_start is not None:
@@ -272,7 +250,7 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
         log.exception("unexpected error on %s", request.url.path)
         return _error(500, f"internal error: {type(exc).__name__}")
 
-    return HotPath(app, verbs, max_body_bytes, gzip_min_bytes)
+    return HotPath(app, verbs, max_body_bytes)
 
 
 # --- the hot path -------------------------------------------------------------------------
@@ -309,12 +287,10 @@ class HotPath:
     (never a stack) if a verb raises.
     """
 
-    def __init__(self, app: FastAPI, verbs: Verbs, max_body_bytes: int,
-                 gzip_min_bytes: int = GZIP_MIN_BYTES) -> None:
+    def __init__(self, app: FastAPI, verbs: Verbs, max_body_bytes: int) -> None:
         self.app = app
         self.verbs = verbs
         self.limit = max_body_bytes
-        self.gzip_min = gzip_min_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot = _HOT.get(scope.get("path", "")) if scope["type"] == "http" else None
@@ -339,13 +315,9 @@ class HotPath:
                 log.exception("unexpected error on %s", scope["path"])
                 status, body, outcome = 500, _problem_body(
                     f"internal error: {type(e).__name__}"), "error"
-        headers = [(b"content-type", b"application/json")]
-        if len(body) >= self.gzip_min and _accepts_gzip(scope):
-            body = _gzip(body)
-            headers.append((b"content-encoding", b"gzip"))
-            metrics.GZIPPED_ANSWERS.labels(verb=verb).inc()
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
         metrics.EXTENDER_REQUEST_DURATION.labels(verb=verb, outcome=outcome).observe(
             time.perf_counter() - t0)

@@ -60,8 +60,7 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
         controller, view=lambda: controller.view,
         ready=lambda: cache.synced() and controller.rounds > 0,
         healthy=lambda: controller.alive() or controller.rounds == 0,
-        on_start=start, on_stop=stop, max_body_bytes=settings.max_body_bytes,
-        gzip_min_bytes=settings.gzip_min_bytes)
+        on_start=start, on_stop=stop, max_body_bytes=settings.max_body_bytes)
     return controller, app
 
 

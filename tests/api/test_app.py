@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,40 +93,6 @@ def test_a_pod_failing_everywhere_gets_the_same_answer_by_every_path(client: Tes
         ["gpu-node-0", "gpu-node-1", "gpu-node-2"], WAITING)
     assert fast.json()["Nodes" if "nodelist" in args else "NodeNames"] in (
         [], {"metadata": {}, "items": []})
-
-
-@pytest.mark.parametrize("accept", ["gzip", "identity", "deflate"])
-def test_a_large_answer_is_gzipped_only_for_a_client_that_asks(client: TestClient,
-                                                                accept: str) -> None:
-    # kube-scheduler's client (Go's default transport) sends Accept-Encoding: gzip; a
-    # waiting pod's answer on 1,000 nodes repeats one reason 1,000 times.
-    doc = json.loads(fixture("filter-args-nodenames.json"))
-    doc["Pod"]["metadata"]["name"] = "waiting"
-    doc["NodeNames"] = [f"gpu-node-{i}" for i in range(1000)]
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    with client.stream("POST", "/filter", content=body,
-                       headers={"Accept-Encoding": accept}) as r:
-        raw = b"".join(r.iter_raw())
-    assert r.status_code == 200
-    assert int(r.headers["content-length"]) == len(raw)
-    if accept == "gzip":
-        assert r.headers["content-encoding"] == "gzip"
-        plain = gzip.decompress(raw)
-        assert len(raw) * 10 < len(plain)
-    else:
-        assert "content-encoding" not in r.headers
-        plain = raw
-    answer = json.loads(plain)
-    assert answer["FailedAndUnresolvableNodes"] == dict.fromkeys(doc["NodeNames"], WAITING)
-    assert len(plain) >= app_mod.GZIP_MIN_BYTES
-
-
-def test_a_small_answer_goes_uncompressed(client: TestClient) -> None:
-    r = client.post("/filter", content=fixture("filter-args-nodenames.json"),
-                    headers={"Accept-Encoding": "gzip"})
-    assert r.status_code == 200
-    assert "content-encoding" not in r.headers
-    assert r.content == fixture("filter-result-nodenames.json")
 
 
 def test_filter_with_pretty_printed_nodes_falls_back_to_a_full_parse(client: TestClient) -> None:
