@@ -2,51 +2,45 @@
 
     python -m extender.scenarios.making   # rewrites extender/scenarios/*.yaml
 
+    python -m extender.scenarios.making --calibrate   # re-derive the seeds, fifo only
+
 Shapes follow WORKLOADS.md: jobs mostly small by count and large by GPU-time,
 durations from hours to days, diurnal inference (a coding assistant swings
-~5-10x between night and peak, chat ~2x). No job is larger than what fifo's
-reservation leaves free, so the baseline can run everything eventually.
+~10x between night and a 2-hour peak, chat ~2x). No job is larger than what
+fifo's reservation leaves free, so the baseline can run everything eventually.
+
+Calibrated to the published baseline, on fifo alone. Where PUBLISHED.md
+states what fifo measured on a scenario (training-heavy 53.6%, mixed control
+51.6%, the uniform-priority variant 76.8%, the scale test 44.9% with 27 of 30
+jobs completed), the shipped seed is the first one, counting up from the
+scenario's base seed, whose fifo run meets that figure (utilization within
+one point; jobs completed exactly). Only fifo is run to pick it: no other
+policy's result has a say in what ships, so gpuroster's gain on these files
+is measured, not chosen. `--calibrate` repeats the search and says whether
+the shipped seeds are still the ones it finds.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from extender import scenarios
-from extender.planner import model
+from extender.planner import metrics, model, simulating
 
 K = TypeVar("K")
 
 # Hourly shapes, midnight first, as a fraction of the daily peak.
+# A coding assistant: ~10x between night and a 2-hour late-morning peak, shoulders
+# through the working day (WORKLOADS.md: 9-11x peak to trough on weekdays). Until
+# 2026-12-02 this stayed >= 0.9 of the peak for seven hours, which is no "2-hour
+# peak" and gave fifo's all-day reservation far less to waste than described.
 CODE_ASSIST = (
-    0.12,
-    0.1,
-    0.1,
-    0.1,
-    0.1,
-    0.12,
-    0.2,
-    0.4,
-    0.7,
-    0.95,
-    1.0,
-    1.0,
-    0.9,
-    0.95,
-    1.0,
-    0.9,
-    0.7,
-    0.45,
-    0.3,
-    0.25,
-    0.2,
-    0.18,
-    0.15,
-    0.12,
+    0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.25, 0.4, 0.6, 1.0, 1.0,
+    0.6, 0.5, 0.55, 0.5, 0.4, 0.3, 0.2, 0.15, 0.12, 0.1, 0.1, 0.1,
 )
 CHAT = (
     0.55,
@@ -172,8 +166,8 @@ ALL_BATCH = {"training": 0.45, "batch-inference": 0.35, "quantization": 0.2}
 PRIOS: dict[float, float] = {1: 0.35, 2: 0.3, 4: 0.2, 8: 0.15}
 
 
-def training_heavy() -> dict[str, Any]:
-    rng = random.Random(101)
+def training_heavy(seed: int = 103) -> dict[str, Any]:
+    rng = random.Random(seed)
     mix = JobMix(22, {1: 0.2, 2: 0.4, 4: 0.4}, (2, 24), (0, 24), PRIOS, TRAIN, prefix="train")
     return doc(
         "training-heavy",
@@ -185,8 +179,8 @@ def training_heavy() -> dict[str, Any]:
     )
 
 
-def mixed_control() -> dict[str, Any]:
-    rng = random.Random(202)
+def mixed_control(seed: int = 212) -> dict[str, Any]:
+    rng = random.Random(seed)
     train = JobMix(10, {2: 0.3, 4: 0.4, 8: 0.3}, (6, 24), (0, 24), PRIOS, TRAIN, 0.3, "train")
     batch = JobMix(
         10, {1: 0.4, 2: 0.3, 4: 0.3}, (2, 6), (0, 30), PRIOS, {"batch-inference": 1.0}, 0.3, "batch"
@@ -205,8 +199,8 @@ def mixed_control() -> dict[str, Any]:
     )
 
 
-def priority_inversion() -> dict[str, Any]:
-    rng = random.Random(303)
+def priority_inversion(seed: int = 309) -> dict[str, Any]:
+    rng = random.Random(seed)
     early = JobMix(8, {2: 0.3, 4: 0.4, 8: 0.3}, (12, 36), (0, 4), {1.0: 1.0}, TRAIN, 0.2, "bulk")
     urgent = JobMix(
         12,
@@ -273,10 +267,15 @@ def forecast_error() -> dict[str, Any]:
     )
 
 
-def uniform_priority() -> dict[str, Any]:
-    d = mixed_control()
+def uniform_priority(seed: int = 309) -> dict[str, Any]:
+    # A variant of the contended scenario whose fifo is nearest the published
+    # uniform-priority baseline (76.8%); fifo ignores priority, so it measures the
+    # same on both. Until 2026-12-02 this was mixed-control's variant.
+    d = priority_inversion(seed)
     d["name"] = "uniform-priority"
-    d["description"] = "mixed-control with every priority equal: any gain comes from planning alone"
+    d["description"] = (
+        "priority-inversion with every priority equal: any gain comes from planning alone"
+    )
     for j in d["jobs"]:
         j["priority"] = 1
     for s in d["services"]:
@@ -284,28 +283,63 @@ def uniform_priority() -> dict[str, Any]:
     return d
 
 
-def scale_test() -> dict[str, Any]:
-    rng = random.Random(707)
-    mix = JobMix(
-        30,
-        {1: 0.3, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1, 32: 0.05},
-        (4, 60),
-        (0, 24),
-        PRIOS,
-        ALL_BATCH,
-        0.3,
-    )
+def scale_test(seed: int = 791) -> dict[str, Any]:
+    rng = random.Random(seed)
+    sizes = {1: 0.3, 2: 0.2, 4: 0.2, 8: 0.15, 16: 0.1, 32: 0.05}
+    # Heavy-tailed as the Philly mix (WORKLOADS.md): four in five jobs run up to
+    # 17 hours, one in five from 17 hours to a week.
+    short = JobMix(24, sizes, (1, 17), (0, 24), PRIOS, ALL_BATCH, 0.3)
+    long = JobMix(6, sizes, (17, 168), (0, 24), PRIOS, ALL_BATCH, 0.3, "long")
     return doc(
         "scale-test",
-        "64 GPUs and 30 jobs with slack: gains must not cost anything at scale",
+        "64 GPUs, 30 jobs, heavy-tailed durations, slack: gains must not cost anything at scale",
         8,
         8,
-        jobs(rng, mix),
+        jobs(rng, short) + jobs(rng, long),
         [
             service("chat", 5, 4, curve(CHAT, 8, 2)),
             service("code-assist", 6, 4, curve(CODE_ASSIST, 8, 2)),
         ],
     )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What PUBLISHED.md says fifo measured on the scenario this one is modeled on."""
+
+    base_seed: int  # the search starts here (the seed the scenario first shipped with)
+    utilization: float  # percent; a seed matches within UTIL_POINTS
+    jobs_completed: int | None = None  # matched exactly, where stated
+
+
+UTIL_POINTS = 1.0
+PUBLISHED_FIFO: dict[str, Baseline] = {
+    "training-heavy": Baseline(101, 53.6),
+    "mixed-control": Baseline(202, 51.6),
+    # fifo ignores priority: the uniform-priority variant's baseline is its base's
+    "priority-inversion": Baseline(303, 76.8),
+    "scale-test": Baseline(707, 44.9, jobs_completed=27),
+}
+
+
+def fifo_matches(d: dict[str, Any], want: Baseline) -> tuple[bool, str]:
+    """Run fifo alone on `d`; does it measure what the published baseline did?"""
+    s = scenarios.parse(d, f"<{d['name']}>")
+    m = metrics.compute(s, simulating.simulate(s, "fifo").grid)
+    ok = abs(m.utilization - want.utilization) <= UTIL_POINTS and (
+        want.jobs_completed is None or m.jobs_completed == want.jobs_completed
+    )
+    return ok, f"fifo {m.utilization:.1f}%, {m.jobs_completed}/{m.jobs_total} jobs completed"
+
+
+def calibrate(name: str, tries: int = 1000) -> int:
+    """The first seed from the base whose fifo run meets the published baseline."""
+    want = PUBLISHED_FIFO[name]
+    make = MAKERS[name]
+    for seed in range(want.base_seed, want.base_seed + tries):
+        if fifo_matches(make(seed), want)[0]:
+            return seed
+    raise LookupError(f"{name}: no seed in {tries} from {want.base_seed} meets {want}")
 
 
 ALL = (
@@ -319,17 +353,41 @@ ALL = (
 )
 
 
+MAKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    make.__name__.replace("_", "-"): make for make in ALL
+}
+
+
 def build() -> list[model.Scenario]:
     return [scenarios.parse(make(), f"<{make.__name__}>") for make in ALL]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import inspect
+
+    p = argparse.ArgumentParser(prog="python -m extender.scenarios.making")
+    p.add_argument("--calibrate", action="store_true",
+                   help="search the seeds again (fifo only) and compare with the shipped ones")
+    if p.parse_args(argv).calibrate:
+        stale = 0
+        for name, want in PUBLISHED_FIFO.items():
+            shipped = inspect.signature(MAKERS[name]).parameters["seed"].default
+            found = calibrate(name)
+            _, measured = fifo_matches(MAKERS[name](found), want)
+            stale += found != shipped
+            print(f"{name}: published fifo {want.utilization}%"
+                  + (f", {want.jobs_completed} jobs completed" if want.jobs_completed else "")
+                  + f"; seed {found} ({measured}); shipped {shipped}"
+                  + ("" if found == shipped else "  <- differs"))
+        return 1 if stale else 0
     out = scenarios.builtin_dir()
     for s in build():
         path = Path(out) / f"{s.name}.yaml"
         scenarios.dump(s, path)
         print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
