@@ -249,14 +249,18 @@ class Gpuroster:
         for v in inp.services:
             idle &= ~blocks.mask_of(v.current_gpus)
         wanted_soon = 0  # blocks of jobs planned to start while the services can still move
+        wanted_next = 0  # ... and of those planned to start next step
         for p in best.placed:
             if 0 < p.step <= o.migrate_steps:
                 wanted_soon |= p.block.mask
+                if p.step == 1:
+                    wanted_next |= p.block.mask
         for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap
             gpus = scaling.assign(
-                v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon
+                v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon,
+                urgent=wanted_next, per_node=c.gpus_per_node,
             )
             plan.service_gpus[v.name] = gpus
             # What it gave back (shed, or moved off a planned block) is free for the

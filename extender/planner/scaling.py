@@ -11,7 +11,13 @@ from extender.planner import blocks
 
 
 def assign(
-    current: frozenset[int], target: int, free: int, max_swap: int | None, avoid: int = 0
+    current: frozenset[int],
+    target: int,
+    free: int,
+    max_swap: int | None,
+    avoid: int = 0,
+    urgent: int = 0,
+    per_node: int = 0,
 ) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
@@ -21,7 +27,13 @@ def assign(
     callers must not take more of a service's GPUs than its cap allows.
     `avoid` marks GPUs that planned jobs will want soon: the service gives
     those back first, and with budget to spare moves off them (one GPU
-    released and one acquired elsewhere per two units of swap).
+    released and one acquired elsewhere per two units of swap). `urgent` (a
+    part of `avoid`) marks GPUs a job is planned to take next step: the
+    service leaves those first, and when no GPU is free of plans it moves to
+    one on another node (of `per_node` GPUs) that is wanted later. A job that
+    can start next step then does not wait on a service that had nowhere
+    better to go; moving inside the node would only change which of that
+    node's jobs waits.
     """
     keep_mask = blocks.mask_of(current) & free
     lost = len(current) - keep_mask.bit_count()
@@ -48,6 +60,18 @@ def assign(
                 break
             keep_mask |= 1 << g
             grow -= 1
+    # Off the GPUs wanted next step first: where nobody wants a GPU soon, else to
+    # another node, where one is wanted later.
+    for g in list(blocks.bits(keep_mask & urgent)):
+        to = free & ~keep_mask & ~avoid
+        if not to and per_node:
+            node = ((1 << per_node) - 1) << (g // per_node * per_node)
+            to = free & ~keep_mask & ~urgent & ~node
+        if budget < 2 or not to:
+            break
+        top = to.bit_length() - 1
+        keep_mask = (keep_mask & ~(1 << g)) | (1 << top)
+        budget -= 2
     # Move off GPUs planned jobs want, while swap budget and room elsewhere remain.
     elsewhere = free & ~keep_mask & ~avoid
     for g in list(blocks.bits(keep_mask & avoid)):

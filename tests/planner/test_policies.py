@@ -99,18 +99,7 @@ def test_gpuroster_plan_does_not_depend_on_how_its_input_is_listed(name: str) ->
         assert (simulating.simulate(s, _Listed(seed)).grid == want).all()
 
 
-# A known miss, left visible: one GPU-step of code-assist short at step 33, where
-# train-03 (estimate 5 steps, true 6) runs a step past its estimate into a full
-# cluster. Checking each placement's overrun step cured it only at 7.8% of
-# training-heavy's value (tried 2026-12-02, not kept). strict: a fix turns it red.
-SERVICE_LEVEL_CASES = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="1 GPU-step short, see above"))
-    if n == "mixed-control" else n
-    for n in scenarios.builtin_names()
-]
-
-
-@pytest.mark.parametrize("name", SERVICE_LEVEL_CASES)
+@pytest.mark.parametrize("name", scenarios.builtin_names())
 def test_realtime_service_level_at_least_fifos(name: str) -> None:
     s = scenarios.load(scenarios.resolve(name))
     g = result(name, "gpuroster").realtime_service_level
