@@ -267,11 +267,12 @@ def forecast_error() -> dict[str, Any]:
     )
 
 
-def uniform_priority(seed: int = 309) -> dict[str, Any]:
+def uniform_priority(seed: int | None = None) -> dict[str, Any]:
     # A variant of the contended scenario whose fifo is nearest the published
     # uniform-priority baseline (76.8%); fifo ignores priority, so it measures the
-    # same on both. Until 2026-12-02 this was mixed-control's variant.
-    d = priority_inversion(seed)
+    # same on both, and the variant follows its base's calibrated seed. Until
+    # 2026-12-02 this was mixed-control's variant.
+    d = priority_inversion() if seed is None else priority_inversion(seed)
     d["name"] = "uniform-priority"
     d["description"] = (
         "priority-inversion with every priority equal: any gain comes from planning alone"
