@@ -45,6 +45,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 THRESHOLDS = {"names_p99_ms": 5.0, "full_p99_ms": 25.0, "filter_rps": 500.0}
 
 
@@ -134,7 +136,51 @@ class _StaticCluster:
         return None
 
 
-def serve(port: int, nodes: int) -> None:
+class Replay:
+    """ASGI wrapper for `--replay-answers`: a POST's first answer comes from the app, and
+    every later POST with the same path and body gets that answer back without the
+    app doing any work. Same process, threads, uvicorn and bytes on the wire: what is
+    left of the tail then is loopback, uvicorn, the client and the machine."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.answers: dict[tuple[str, bytes], list[Message]] = {}
+        self.computed = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        key = (scope["path"], body)
+        answer = self.answers.get(key)
+        if answer is not None:
+            for message in answer:
+                await send(message)
+            return
+        sent: list[Message] = []
+
+        async def again() -> Message:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def record(message: Message) -> None:
+            sent.append(message)
+            await send(message)
+
+        self.computed += 1
+        await self.app(scope, again, record)
+        self.answers[key] = sent
+
+
+def serve(port: int, nodes: int, replay: bool = False) -> None:
     import gc
     import logging
 
@@ -151,7 +197,8 @@ def serve(port: int, nodes: int) -> None:
         inf.relist()
     controller.run_step()
     gc.freeze()  # as the step loop does after every step
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    served: ASGIApp = Replay(app) if replay else app
+    uvicorn.run(served, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def _free_port() -> int:
@@ -316,12 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--client", choices=("go", "python"), default="go",
                    help="load generator: Go net/http like kube-scheduler (default; "
                         "needs `go`), or this Python process")
+    p.add_argument("--replay-answers", action="store_true",
+                   help="baseline: the server answers each repeated request with its first "
+                        "answer, doing no work (shows the tail that is not the server's)")
     p.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
     if args.serve:
-        serve(args.serve, args.nodes)
+        serve(args.serve, args.nodes, args.replay_answers)
         return 0
     drive = _drive
     if args.client == "go":
@@ -332,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         drive = lambda *a: _drive_go(exe, *a)  # noqa: E731
     port = _free_port()
     child = subprocess.Popen([sys.executable, "-m", "extender.api.loadbench", "--serve",
-                              str(port), "--nodes", str(args.nodes)],
+                              str(port), "--nodes", str(args.nodes)]
+                             + (["--replay-answers"] if args.replay_answers else []),
                              env=dict(os.environ))
     try:
         deadline = time.monotonic() + 60
@@ -380,12 +431,15 @@ def main(argv: list[str] | None = None) -> int:
                 if bound is not None:
                     bounds.append(f"{verb} {bound:g} ms" if bound != float("inf")
                                   else f"{verb} > 2.5 s")
-            notes.append("server 99% within " + ", ".join(bounds))
+            notes.append("server 99% within " + ", ".join(bounds) if bounds
+                         else "server handler not called")
             return got, "; ".join(notes)
 
         per_run: dict[str, list[float]] = {}  # line label -> p99 (or req/s) of each run
         print(f"extender verbs over loopback, {args.nodes} nodes, {args.seconds:g}s per run, "
-              f"{os.cpu_count()} CPUs, {args.client} client")
+              f"{os.cpu_count()} CPUs, {args.client} client"
+              + (", answers replayed (the server does no work per request)"
+                 if args.replay_answers else ""))
         for run in range(args.runs):
             if args.runs > 1:
                 print(f" run {run + 1} of {args.runs}:")

@@ -82,3 +82,55 @@ def test_the_server_p99_bound_comes_from_the_histograms_difference() -> None:
     assert loadbench.handler_p99_bound(before, after, "prioritize") == pytest.approx(0.5)
     assert loadbench.handler_p99_bound(after, after, "filter") is None
     assert loadbench.handler_p99_bound(before, after, "bind") is None
+
+
+def test_replay_answers_a_repeated_request_without_the_app() -> None:
+    import asyncio
+
+    from starlette.types import Message, Receive, Scope, Send
+
+    calls: list[bytes] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        body = (await receive())["body"]
+        calls.append(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"answer to " + body})
+
+    replay = loadbench.Replay(app)
+
+    async def post(path: str, chunks: list[bytes]) -> list[Message]:
+        incoming = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+                    for i, c in enumerate(chunks)]
+        out: list[Message] = []
+
+        async def receive() -> Message:
+            return incoming.pop(0)
+
+        async def send(m: Message) -> None:
+            out.append(m)
+
+        await replay({"type": "http", "method": "POST", "path": path}, receive, send)
+        return out
+
+    async def scenario() -> None:
+        first = await post("/filter", [b"ab", b"c"])
+        again = await post("/filter", [b"abc"])  # the same body, cut elsewhere
+        other = await post("/filter", [b"abd"])
+        elsewhere = await post("/prioritize", [b"abc"])
+        assert first == again and first[1]["body"] == b"answer to abc"
+        assert other[1]["body"] == b"answer to abd"
+        assert elsewhere[1]["body"] == b"answer to abc"
+
+    asyncio.run(scenario())
+    assert calls == [b"abc", b"abd", b"abc"]  # the repeat never reached the app
+    assert replay.computed == 3
+
+
+def test_the_bench_runs_with_replayed_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = loadbench.main(["--nodes", "20", "--seconds", "0.2", "--client", "python",
+                         "--replay-answers"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1), out
+    assert "answers replayed (the server does no work per request)" in out
+    assert len(re.findall(r"NodeNames .*\(\d+ pairs\)", out)) == 2
