@@ -10,7 +10,7 @@
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
-#   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes
+#   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
 #   make audit           pip-audit of the installed dependencies
@@ -98,7 +98,7 @@ audit: venv
 
 # Extender latency with 1,000 nodes (filter+prioritize p50/p99, filter req/s), Go client.
 bench-extender: venv
-	$(PY) -m extender.api.loadbench
+	$(PY) -m extender.api.loadbench --runs 3
 
 # Loopback load on filter/prioritize, 1,000 nodes: 50, 200 and 1,000 connections.
 load: venv

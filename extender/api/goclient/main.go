@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,9 @@ type result struct {
 	Samples  []float64 `json:"samples"`
 	Requests int       `json:"requests"`
 	Elapsed  float64   `json:"elapsed"`
+	// This client's own garbage collections during the run: each one takes CPU (and
+	// a short stop) from the two cores the server also runs on.
+	GCs uint32 `json:"gcs"`
 }
 
 func main() {
@@ -66,6 +70,9 @@ func main() {
 		failures []error
 		wg       sync.WaitGroup
 	)
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	gcs := mem.NumGC
 	start := time.Now()
 	stop := start.Add(time.Duration(*seconds * float64(time.Second)))
 	for c := 0; c < *clients; c++ {
@@ -95,6 +102,8 @@ func main() {
 	}
 	wg.Wait()
 	out.Elapsed = time.Since(start).Seconds()
+	runtime.ReadMemStats(&mem)
+	out.GCs = mem.NumGC - gcs
 	if len(failures) > 0 {
 		fmt.Fprintln(os.Stderr, failures[0])
 		os.Exit(1)
