@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 THRESHOLDS = {"names_p99_ms": 5.0, "full_p99_ms": 25.0, "filter_rps": 500.0}
@@ -312,21 +313,36 @@ def steal_pct(before: list[int] | None, after: list[int] | None) -> float | None
     return 100.0 * d[7] / total if total > 0 else None
 
 
+REQUEST_HISTOGRAM = "gpuroster_extender_request_duration_seconds"
+
+
+def _histogram_samples(metrics_text: str, suffix: str) -> Iterator[tuple[dict[str, str], float]]:
+    """(labels, value) of each sample of the server's request-duration histogram whose
+    name ends in `suffix` (`_bucket`, `_sum`, `_count`)."""
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == REQUEST_HISTOGRAM + suffix:
+                yield sample.labels, sample.value
+
+
 def handler_buckets(metrics_text: str) -> dict[str, dict[float, float]]:
     """verb -> {bucket bound in seconds: requests so far at or under it}, all outcomes
     added, from the server's request-duration histogram."""
     out: dict[str, dict[float, float]] = {}
-    prefix = "gpuroster_extender_request_duration_seconds_bucket{"
-    for line in metrics_text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        labels, value = line[len(prefix):].rsplit("} ", 1)
-        tags = dict(kv.split("=", 1) for kv in labels.split(","))
-        le = tags["le"].strip('"')
-        by_le = out.setdefault(tags["verb"].strip('"'), {})
-        bound = float("inf") if le == "+Inf" else float(le)
-        by_le[bound] = by_le.get(bound, 0.0) + float(value)
+    for labels, value in _histogram_samples(metrics_text, "_bucket"):
+        by_le = out.setdefault(labels["verb"], {})
+        bound = float(labels["le"])  # "+Inf" reads as inf
+        by_le[bound] = by_le.get(bound, 0.0) + value
     return out
+
+
+def handler_means_ms(metrics_text: str) -> dict[str, float]:
+    """verb -> mean handler time (ms) over every request so far, all outcomes added."""
+    totals: dict[str, list[float]] = {}
+    for i, suffix in enumerate(("_sum", "_count")):
+        for labels, value in _histogram_samples(metrics_text, suffix):
+            totals.setdefault(labels["verb"], [0.0, 0.0])[i] += value
+    return {verb: t / n * 1000.0 for verb, (t, n) in sorted(totals.items()) if n}
 
 
 def handler_p99_bound(before: dict[str, dict[float, float]],
@@ -411,10 +427,16 @@ def main(argv: list[str] | None = None) -> int:
                                "NodeNames": None}, separators=go).encode()
             cases.append((label, by_names, full))
 
-        def metrics_now() -> dict[str, dict[float, float]]:
+        def metrics_text() -> str:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            c.request("GET", "/metrics")
-            return handler_buckets(c.getresponse().read().decode())
+            try:
+                c.request("GET", "/metrics")
+                return c.getresponse().read().decode()
+            finally:
+                c.close()
+
+        def metrics_now() -> dict[str, dict[float, float]]:
+            return handler_buckets(metrics_text())
 
         def measure(bodies: list[tuple[str, bytes]], clients: int) -> tuple[Drive, str]:
             """One run, and what else shared the machine meanwhile, as text."""
@@ -445,18 +467,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f" run {run + 1} of {args.runs}:")
             for label, by_names, full in cases:
                 _drive(port, [("/filter", by_names)], 0.5, 1)  # warm up
-                (s, n, t, _), notes = measure([("/filter", by_names), ("/prioritize", by_names)],
-                                              args.clients)
-                print(f"  {label}: filter+prioritize, NodeNames ({len(by_names) // 1024} KiB): "
-                      f"p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms  ({len(s)} pairs)"
-                      f"  [{notes}]")
-                per_run.setdefault(f"{label}, NodeNames p99 ms", []).append(_pct(s, .99))
-                (s, n, t, _), notes = measure([("/filter", full), ("/prioritize", full)],
-                                              args.clients)
-                print(f"  {label}: filter+prioritize, full NodeList ({len(full) // 1024} KiB): "
-                      f"p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms  ({len(s)} pairs)"
-                      f"  [{notes}]")
-                per_run.setdefault(f"{label}, full NodeList p99 ms", []).append(_pct(s, .99))
+                for kind, body in (("NodeNames", by_names), ("full NodeList", full)):
+                    (s, _, _, _), notes = measure([("/filter", body), ("/prioritize", body)],
+                                                  args.clients)
+                    print(f"  {label}: filter+prioritize, {kind} ({len(body) // 1024} KiB): "
+                          f"p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms  "
+                          f"({len(s)} pairs)  [{notes}]")
+                    per_run.setdefault(f"{label}, {kind} p99 ms", []).append(_pct(s, .99))
                 (s, n, t, _), notes = measure([("/filter", by_names)], args.throughput_clients)
                 print(f"  {label}: filter alone, NodeNames, {args.throughput_clients} clients: "
                       f"{n / t:.0f} req/s  p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms"
@@ -467,17 +484,8 @@ def main(argv: list[str] | None = None) -> int:
             for key, xs in per_run.items():
                 print(f"  {key}: {', '.join(f'{x:.2f}' for x in xs)}; "
                       f"median {statistics.median(xs):.2f}")
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", "/metrics")
-        text = c.getresponse().read().decode()
-        sums: dict[str, list[float]] = {}
-        for line in text.splitlines():
-            if line.startswith("gpuroster_extender_request_duration_seconds_") and (
-                    "_sum{" in line or "_count{" in line):
-                verb = line.split('verb="')[1].split('"')[0]
-                sums.setdefault(verb, [0.0, 0.0])[0 if "_sum{" in line else 1] += float(
-                    line.rsplit(" ", 1)[1])
-        inside = ", ".join(f"{v} {t / n * 1000:.2f} ms" for v, (t, n) in sorted(sums.items()) if n)
+        means = handler_means_ms(metrics_text())
+        inside = ", ".join(f"{verb} {ms:.2f} ms" for verb, ms in means.items())
         print(f"  server-side handler time, mean over every request above: {inside}")
         # The verdict takes the worst run of each case.
         results = {

@@ -134,3 +134,18 @@ def test_the_bench_runs_with_replayed_answers(capsys: pytest.CaptureFixture[str]
     assert rc in (0, 1), out
     assert "answers replayed (the server does no work per request)" in out
     assert len(re.findall(r"NodeNames .*\(\d+ pairs\)", out)) == 2
+
+
+def test_the_server_mean_is_its_histograms_sum_over_its_count() -> None:
+    h = "gpuroster_extender_request_duration_seconds"
+    text = "\n".join([
+        f"# TYPE {h} histogram",
+        f'{h}_bucket{{le="+Inf",outcome="pass",verb="filter"}} 3.0',
+        f'{h}_count{{outcome="pass",verb="filter"}} 3.0',
+        f'{h}_sum{{outcome="pass",verb="filter"}} 0.003',
+        f'{h}_count{{outcome="reject",verb="filter"}} 1.0',
+        f'{h}_sum{{outcome="reject",verb="filter"}} 0.001',
+        f'{h}_count{{outcome="pass",verb="bind"}} 0.0',
+        f'{h}_sum{{outcome="pass",verb="bind"}} 0.0',
+    ])
+    assert loadbench.handler_means_ms(text) == {"filter": pytest.approx(1.0)}
