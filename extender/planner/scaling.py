@@ -60,24 +60,18 @@ def assign(
                 break
             keep_mask |= 1 << g
             grow -= 1
-    # Off the GPUs wanted next step first: where nobody wants a GPU soon, else to
-    # another node, where one is wanted later.
-    for g in list(blocks.bits(keep_mask & urgent)):
-        to = free & ~keep_mask & ~avoid
-        if not to and per_node:
+    # Move off GPUs planned jobs want, those wanted next step first, while swap budget
+    # and room elsewhere remain: where nobody wants a GPU soon, else (for a GPU wanted
+    # next step) to another node, where one is wanted later.
+    elsewhere = free & ~keep_mask & ~avoid
+    for g in list(blocks.bits(keep_mask & urgent)) + list(blocks.bits(keep_mask & avoid & ~urgent)):
+        to = elsewhere
+        if not to and per_node and urgent >> g & 1:
             node = ((1 << per_node) - 1) << (g // per_node * per_node)
             to = free & ~keep_mask & ~urgent & ~node
         if budget < 2 or not to:
             break
         top = to.bit_length() - 1
-        keep_mask = (keep_mask & ~(1 << g)) | (1 << top)
-        budget -= 2
-    # Move off GPUs planned jobs want, while swap budget and room elsewhere remain.
-    elsewhere = free & ~keep_mask & ~avoid
-    for g in list(blocks.bits(keep_mask & avoid)):
-        if budget < 2 or not elsewhere:
-            break
-        top = elsewhere.bit_length() - 1
         keep_mask = (keep_mask & ~(1 << g)) | (1 << top)
         elsewhere &= ~(1 << top)
         budget -= 2
