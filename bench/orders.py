@@ -8,7 +8,8 @@ them. This runs fifo, the default `gpuroster` and each variant on instances
 from the seeded generator (8, 16 and 32 GPUs, queues long enough to contend,
 estimates and forecasts off by a lognormal error) and prints, per variant,
 the mean value change against the default, how many instances got better or
-worse, the worst and best, and the mean wait of the top priority. Pick a
+worse, the worst and best, the mean wait of the top priority, and the change
+in real-time shortfall (GPU-steps over all instances, and on how many). Pick a
 change on one seed range and confirm it on another.
 """
 
@@ -76,15 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variant:
         ch: list[float] = []
         waits: list[float] = []
+        short: list[int] = []
         for s, b in zip(scen, base, strict=True):
             m = metrics.compute(s, simulating.simulate(s, allocating.Gpuroster(**variant)).grid)
             ch.append(m.value / b.value - 1)
             waits.append(top_wait(m) - top_wait(b))
+            short.append(m.realtime_shortfall - b.realtime_shortfall)
         better = sum(c > 1e-9 for c in ch)
         worse = sum(c < -1e-9 for c in ch)
         print(f"{variant}: value vs default mean {statistics.mean(ch) * 100:+.2f}% "
               f"({better} better, {worse} worse, worst {min(ch) * 100:+.1f}%, "
-              f"best {max(ch) * 100:+.1f}%), top-priority wait {statistics.mean(waits):+.2f} steps")
+              f"best {max(ch) * 100:+.1f}%), "
+              f"top-priority wait {statistics.mean(waits):+.2f} steps, "
+              f"real-time shortfall {sum(short):+d} GPU-steps "
+              f"({sum(x > 0 for x in short)} more, {sum(x < 0 for x in short)} less)")
     return 0
 
 
