@@ -28,12 +28,13 @@ from extender.planner import allocating, generator, metrics, model, simulating
 SHAPES = ((8, 24), (16, 40), (32, 70), (16, 60))
 
 
-def instances(seeds: range, uniform: bool = False) -> list[model.Scenario]:
+def instances(seeds: range, uniform: bool = False,
+              estimate_error: float = 0.3) -> list[model.Scenario]:
     out = []
     for seed in seeds:
         for gpus, jobs in SHAPES:
             out.append(generator.generate(
-                gpus, jobs, seed, services=1 if gpus <= 16 else 2, estimate_error=0.3,
+                gpus, jobs, seed, services=1 if gpus <= 16 else 2, estimate_error=estimate_error,
                 forecast_error=0.15, name=f"gen-{gpus}-{jobs}-{seed}"))
     if uniform:  # every priority 1: any gain is packing alone
         out = [replace(s, jobs=tuple(replace(j, priority=1) for j in s.jobs),
@@ -58,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="an allocating.Options field=value (Python literal); repeatable")
     p.add_argument("--uniform", action="store_true", help="every priority set to 1")
     p.add_argument("--seeds", default="200-214", help="seed range, inclusive (default 200-214)")
+    p.add_argument("--estimate-error", type=float, default=0.3,
+                   help="lognormal sigma of estimates against true durations (0: exact)")
     args = p.parse_args(argv)
     lo, _, hi = args.seeds.partition("-")
-    scen = instances(range(int(lo), int(hi or lo) + 1), args.uniform)
-    print(f"{len(scen)} generated instances, seeds {args.seeds}, shapes {SHAPES}"
+    scen = instances(range(int(lo), int(hi or lo) + 1), args.uniform, args.estimate_error)
+    print(f"{len(scen)} generated instances, seeds {args.seeds}, shapes {SHAPES}, "
+          f"estimate error {args.estimate_error}"
           + (", every priority 1" if args.uniform else ""))
     t0 = time.perf_counter()
     base: list[metrics.Metrics] = []
