@@ -464,3 +464,29 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     assert most_service >= peak, f"the service never reached its peak ({most_service})"
     assert most_batch > total - peak, "batch never used the GPUs the service left in its trough"
     assert all(all_bound(core, namespace, g) for g in gangs)
+
+
+def test_a_pods_priority_class_value_maps_to_a_configured_class(
+        core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """The real API server copies the PriorityClass's value into spec.priority; with
+    GPUROSTER_PRIORITY_CLASS_VALUES the pod gets the class of that value."""
+    from kubernetes import client
+
+    sched = client.SchedulingV1Api(api_client)
+    pc = f"e2e-{namespace}"[:63]  # cluster-scoped: unique per test
+    sched.create_priority_class({"metadata": {"name": pc}, "value": 5000})  # type: ignore[arg-type]
+    ext = Extender(cluster, namespace, tmp_path,
+                   GPUROSTER_PRIORITY_CLASS_VALUES='{"critical": 1000000, "high": 1000}')
+    try:
+        ext.start()
+        body = objects.pod("valued", gpus=1, runtime="30s",
+                           annotations={"gpuroster.io/expected-duration": "30s"})
+        body["spec"]["priorityClassName"] = pc
+        core.create_namespaced_pod(namespace, body)
+        assert core.read_namespaced_pod("valued", namespace).spec.priority == 5000
+        job = wait_for(lambda: ext.get("/plan")["jobs"].get(f"{namespace}/valued"), 20,
+                       "the pod in the plan")
+        assert job["priority"] == 4.0  # high: 1000 <= 5000 < 1000000
+    finally:
+        ext.stop()
+        sched.delete_priority_class(pc)

@@ -64,6 +64,9 @@ class Settings:
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
+    # class name -> lowest Kubernetes PriorityClass value that maps to it; a pod with no
+    # priority annotation and no class of that name gets the class of its spec.priority.
+    priority_class_values: Mapping[str, int] = field(default_factory=dict)
     default_durations: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_DURATIONS))
     gpus_per_node: int = 0  # 0: read from node allocatable (8 when no node says)
     port: int = 8888
@@ -127,6 +130,13 @@ def validate(s: Settings) -> None:
     if s.default_priority not in s.priority_classes:
         raise bad("default_priority",
                   f"{s.default_priority!r} is not one of {sorted(s.priority_classes)}")
+    for k, v in s.priority_class_values.items():
+        if k not in s.priority_classes:
+            raise bad("priority_class_values",
+                      f"{k!r} is not one of the priority classes {sorted(s.priority_classes)}")
+        if not isinstance(v, int) or isinstance(v, bool) or not -(2**31) <= v < 2**31:
+            raise bad("priority_class_values",
+                      f"class {k!r} needs a whole PriorityClass value (32-bit), got {v!r}")
     for k, d in s.default_durations.items():
         try:
             parse_duration(d)
@@ -162,6 +172,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("realtime_penalty", float, "cost of a real-time GPU-step short, x the service priority"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
+    ("priority_class_values", json.loads,
+     "JSON object: class name -> lowest PriorityClass value mapped to it (empty: by name only)"),
     ("default_durations", json.loads, "JSON object: workload type -> duration (6h, 90m)"),
     ("gpus_per_node", int, "GPUs per node (0: from node allocatable)"),
     ("port", int, "HTTP port"),
@@ -212,7 +224,7 @@ def load(argv: Sequence[str] = (), env: Mapping[str, str] | None = None,
             values[name] = convert(raw)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{env_name(name)}: cannot parse {raw!r}: {e}") from None
-    for name in ("priority_classes", "default_durations"):
+    for name in ("priority_classes", "priority_class_values", "default_durations"):
         if name in values and not isinstance(values[name], dict):
             raise ConfigError(f"{env_name(name)}: needs a JSON object")
     if "log_level" in values:

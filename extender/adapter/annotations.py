@@ -138,6 +138,23 @@ def priority(value: str | None, classes: Mapping[str, float], fallback: str) -> 
     return p
 
 
+def class_from_spec(spec: Mapping[str, Any], settings: config.Settings) -> str | None:
+    """The class of a pod (or pod template) without a priority annotation, or None for the
+    default: its `priorityClassName` when that names a class; else, when
+    `priority_class_values` is set, the class with the highest value at or below the
+    pod's `spec.priority` (the API server resolves it from the PriorityClass on
+    admission; a pod template has none)."""
+    name = spec.get("priorityClassName")
+    if name in settings.priority_classes:
+        return str(name)
+    value = spec.get("priority")
+    if not settings.priority_class_values or not isinstance(value, int) or isinstance(
+            value, bool):
+        return None
+    fits = [(v, k) for k, v in settings.priority_class_values.items() if v <= value]
+    return max(fits)[1] if fits else None
+
+
 def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
     """The batch-like work a pod asks for. Raises AnnotationError."""
     m = meta(pod)
@@ -172,8 +189,8 @@ def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
         if size < 1:
             raise AnnotationError(f"{GANG_SIZE}: {raw!r} must be at least 1")
     pclass = a.get(PRIORITY)
-    if pclass is None and spec.get("priorityClassName") in settings.priority_classes:
-        pclass = str(spec.get("priorityClassName"))
+    if pclass is None:
+        pclass = class_from_spec(spec, settings)
     prio = priority(pclass, settings.priority_classes, settings.default_priority)
     raw_d = a.get(EXPECTED_DURATION)
     if raw_d is None:
@@ -195,7 +212,11 @@ def service_spec(dep: Mapping[str, Any], settings: config.Settings) -> ServiceSp
     a = annotations_of(dep)
     if a.get(WORKLOAD) != model.REALTIME_TYPE:
         return None
-    prio = priority(a.get(PRIORITY), settings.priority_classes, settings.default_priority)
+    pclass = a.get(PRIORITY)
+    if pclass is None:
+        template = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+        pclass = class_from_spec(template, settings)
+    prio = priority(pclass, settings.priority_classes, settings.default_priority)
     raw = a.get(MAX_SWAP, "2")
     try:
         swap = int(raw)

@@ -33,6 +33,48 @@ def test_priority_class_name_maps_through_configuration() -> None:
     assert ann.pod_work(pod, S).priority == 4.0
 
 
+VALUES = config.Settings(priority_class_values={"critical": 1000000, "high": 1000, "low": -5})
+
+
+@pytest.mark.parametrize(("class_name", "value", "prio"), [
+    ("team-gold", 2000000000, 8.0),  # at or above the highest threshold
+    ("team-gold", 1000000, 8.0),  # the threshold itself
+    ("team-silver", 5000, 4.0),
+    ("team-bronze", 999, 1.0),  # below high, above low
+    ("team-none", -6, 2.0),  # below every threshold: the default class
+    ("high", 0, 4.0),  # a class of that name wins over the value
+    (None, None, 2.0),  # no PriorityClass at all
+], ids=["top", "threshold", "middle", "lowest", "below-all", "name-first", "none"])
+def test_priority_class_value_maps_through_configuration(
+        class_name: str | None, value: int | None, prio: float) -> None:
+    pod = make_pod("p").gpus(1).build()
+    if class_name is not None:
+        pod["spec"]["priorityClassName"] = class_name
+    if value is not None:
+        pod["spec"]["priority"] = value  # what the API server resolves on admission
+    assert ann.pod_work(pod, VALUES).priority == prio
+
+
+def test_priority_class_value_is_not_used_without_the_mapping_or_over_the_annotation() -> None:
+    pod = make_pod("p").gpus(1).build()
+    pod["spec"]["priority"] = 2000000000
+    assert ann.pod_work(pod, S).priority == 2.0  # no mapping configured: the default
+    annotated = make_pod("p").gpus(1).priority("low").build()
+    annotated["spec"]["priority"] = 2000000000
+    assert ann.pod_work(annotated, VALUES).priority == 1.0
+    odd = make_pod("p").gpus(1).build()
+    odd["spec"]["priority"] = True  # not a number the API server would write
+    assert ann.pod_work(odd, VALUES).priority == 2.0
+
+
+def test_deployment_takes_the_class_its_pod_template_names() -> None:
+    d = deployment("chat", gpus=2, notes={"gpuroster.io/demand-configmap": "c"})
+    d["spec"]["template"]["spec"]["priorityClassName"] = "critical"
+    assert ann.service_spec(d, S).priority == 8.0  # type: ignore[union-attr]
+    d["metadata"]["annotations"]["gpuroster.io/priority"] = "low"  # the annotation wins
+    assert ann.service_spec(d, S).priority == 1.0  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("pod", "needle"), [
     (make_pod("p"), "requests no nvidia.com/gpu"),
     (make_pod("p").gpus(1).workload("fishing"), "unknown workload type 'fishing'"),

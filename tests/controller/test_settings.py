@@ -66,3 +66,18 @@ def test_plan_text_rendering() -> None:
             "services": {}, "queue": ["ns/b"]}
     text = main.render_text(view)
     assert "n0:0" in text and "|A|A." in text and "queue: ns/b" in text
+
+
+def test_priority_class_values_parse_and_are_checked() -> None:
+    s = config.load([], env={"GPUROSTER_PRIORITY_CLASS_VALUES": '{"critical": 1000000}'})
+    assert dict(s.priority_class_values) == {"critical": 1000000}
+    for raw, needle in [
+        ('{"urgent": 1}', "'urgent' is not one of the priority classes"),
+        ('{"high": 1.5}', "needs a whole PriorityClass value"),
+        ('{"high": true}', "needs a whole PriorityClass value"),
+        ('{"high": 4294967296}', "needs a whole PriorityClass value"),
+        ('[1000]', "needs a JSON object"),
+    ]:
+        with pytest.raises(config.ConfigError) as e:
+            config.load([], env={"GPUROSTER_PRIORITY_CLASS_VALUES": raw})
+        assert "GPUROSTER_PRIORITY_CLASS_VALUES" in str(e.value) and needle in str(e.value)

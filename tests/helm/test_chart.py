@@ -203,6 +203,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_HORIZON_STEPS": "24",
         "GPUROSTER_REALTIME_PENALTY": "8",
         "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
+        "GPUROSTER_PRIORITY_CLASS_VALUES": "{}",
         "GPUROSTER_DEFAULT_PRIORITY": "normal",
         "GPUROSTER_DEFAULT_DURATIONS": (
             '{"batch-inference":"2h","quantization":"1h","training":"6h"}'
@@ -453,6 +454,7 @@ def test_tuning_values_reach_the_environment() -> None:
                 "gpusPerNode": 4,
                 "namespaces": ["a", "b"],
                 "priorityClasses": {"gold": 9.5},
+                "priorityClassValues": {"gold": 1000000, "low": -10},
                 "defaultPriority": "gold",
                 "defaultDurations": {"training": "1d", "batch-inference": "1h30m"},
                 "prometheusUrl": "http://prom:9090",
@@ -476,12 +478,14 @@ def test_rendered_environment_is_accepted_by_the_service(values: dict[str, Any] 
         assert settings.policy == "gpuroster" and settings.step_seconds == 3600
         assert settings.namespaces == () and settings.leader_elect is False
         assert dict(settings.priority_classes) == dict(config.DEFAULT_PRIORITY_CLASSES)
+        assert dict(settings.priority_class_values) == {}
         assert dict(settings.default_durations) == dict(config.DEFAULT_DURATIONS)
     else:
         assert settings.policy == "priority-easy" and settings.step_seconds == 900
         assert settings.namespaces == ("a", "b") and settings.leader_elect is True
         # Helm merges maps: the default classes stay unless set to null.
         assert settings.priority_classes["gold"] == 9.5
+        assert dict(settings.priority_class_values) == {"gold": 1000000, "low": -10}
         assert settings.default_priority == "gold" and settings.gpus_per_node == 4
         assert settings.default_durations["training"] == "1d"
         assert settings.log_level == "WARNING"
@@ -702,6 +706,9 @@ def test_notes_tell_how_to_submit_and_where_the_plan_is() -> None:
         # helm's validator names the wrong parent for propertyNames errors; the name is right.
         ({"config": {"priorityClasses": {"High": 5}}}, "'High' does not match pattern"),
         ({"config": {"priorityClasses": {"high": -1}}}, "/config/priorityClasses/high"),
+        ({"config": {"priorityClassValues": {"high": 1.5}}}, "/config/priorityClassValues/high"),
+        ({"config": {"priorityClassValues": {"high": 2**31}}},
+         "/config/priorityClassValues/high"),
         (
             {"config": {"defaultDurations": {"training": "six hours"}}},
             "/config/defaultDurations/training",
@@ -739,6 +746,12 @@ def test_schema_rejects(values: dict[str, Any], message: str) -> None:
 def test_unknown_default_priority_is_rejected_with_the_known_classes() -> None:
     error = rendering.template_error({"config": {"defaultPriority": "urgent"}})
     assert 'config.defaultPriority "urgent" is not a class in config.priorityClasses' in error
+    assert "critical, high, low, normal" in error
+
+
+def test_priority_class_values_must_name_a_class() -> None:
+    error = rendering.template_error({"config": {"priorityClassValues": {"urgent": 1000}}})
+    assert 'config.priorityClassValues: "urgent" is not a class in config.priorityClasses' in error
     assert "critical, high, low, normal" in error
 
 

@@ -155,6 +155,11 @@ extenders:
 {{- if not (hasKey .Values.config.priorityClasses (toString .Values.config.defaultPriority)) }}
 {{- fail (printf "config.defaultPriority %q is not a class in config.priorityClasses (%s)" (toString .Values.config.defaultPriority) (keys .Values.config.priorityClasses | sortAlpha | join ", ")) }}
 {{- end }}
+{{- range $class, $_ := .Values.config.priorityClassValues }}
+{{- if not (hasKey $.Values.config.priorityClasses $class) }}
+{{- fail (printf "config.priorityClassValues: %q is not a class in config.priorityClasses (%s)" $class (keys $.Values.config.priorityClasses | sortAlpha | join ", ")) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* PodDisruptionBudget spec: minAvailable when set, else maxUnavailable. */}}
