@@ -45,6 +45,7 @@ from e2e.harness import objects
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = "gpuroster.io/block"
 ADMITTED_AT = "gpuroster.io/admitted-at"
+NODE = "gpuroster.io/node"
 STEP = 2.0
 
 
@@ -571,3 +572,37 @@ def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_m
 
 def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+# --- 6. a node gone under an admitted gang that never bound ------------------------------
+
+
+def test_a_gang_whose_node_goes_before_it_binds_is_admitted_again_and_binds_elsewhere(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    core = faulty.core()
+    ext = Serve(faulty, ns, tmp_path / "serve.log")
+    serves.append(ext)
+    ext.start()
+    faulty.stop_process("kube-scheduler", hard=True)  # admitted, but nobody binds it
+    try:
+        names = gang(core, ns, "orphan", 2, 4, runtime="30s", duration="30s")
+
+        def admitted_to() -> str | None:
+            notes = core.read_namespaced_pod(names[0], ns).metadata.annotations or {}
+            return notes.get(NODE)
+
+        first = wait_for(admitted_to, 10 * STEP, "the gang's admission")
+        assert not bound(core, ns, names) and not any(
+            core.read_namespaced_pod(n, ns).spec.node_name for n in names)
+        faulty.remove_node(first)
+        second = wait_for(lambda: (n := admitted_to()) != first and n, 10 * STEP,
+                          "a second admission on the node that is left")
+        print(f"[faults] {first} deleted under gang 'orphan' before it bound: "
+              f"admitted again on {second}")
+    finally:
+        faulty.start_process("kube-scheduler")
+    pods = wait_for(lambda: bound(core, ns, names), 60, "the gang to bind after the restart")
+    assert {p.spec.node_name for p in pods} == {second}
+    assert {(p.metadata.annotations or {}).get(BLOCK, "").split(":")[0] for p in pods} == {
+        second}

@@ -280,6 +280,13 @@ def demand(configmap: Mapping[str, Any]) -> Demand:
     return Demand(tuple(curve), tuple(history), spd, tuple(observed))
 
 
+def block_nodes(label: str) -> list[str]:
+    """The node names a block label mentions (`node-3:0-3`, `node-4..node-5`)."""
+    if ".." in label:
+        return label.split("..", 1)
+    return [label.rsplit(":", 1)[0]]
+
+
 def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -> model.Block:
     """Inverse of `model.Block.label` with real node names. Raises AnnotationError."""
     try:

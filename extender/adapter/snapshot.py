@@ -55,6 +55,9 @@ class Gang:
     admission: Admission | None = None
     error: str | None = None  # bad annotations: never planned
     waiting_for: str | None = None  # incomplete gang: not planned yet
+    # Admitted to a node that went before any of its pods bound: queued again, and its
+    # next admission overwrites the old one. Says which node went.
+    requeued: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -284,9 +287,17 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
         except ann.AnnotationError as e:
             gone = sorted({str(n) for p in admitted
                            if (n := (p.get("spec") or {}).get("nodeName")) and n not in index})
-            gang.error = (f"{NODE_LOST}: gang {name} ran on {', '.join(gone)}, which is gone; "
-                          "its pods stay out of the plan" if gone else str(e))
-            return gang
+            missing = [n for n in ann.block_nodes(a[ann.BLOCK]) if n not in index]
+            bound = any((p.get("spec") or {}).get("nodeName") for p in members)
+            if not (missing and not bound):
+                gang.error = (f"{NODE_LOST}: gang {name} ran on {', '.join(gone)}, which is "
+                              "gone; its pods stay out of the plan" if gone else str(e))
+                return gang
+            # Nothing of it runs: plan it again like a new gang (below).
+            gang.requeued = (f"admitted to {', '.join(missing)}, which went before any of "
+                             "its pods bound; queued again")
+            admitted = []
+    if admitted:
         per_pod = {}
         for p in admitted:
             k = ann.key(p)

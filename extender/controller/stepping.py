@@ -674,15 +674,16 @@ class Controller:
                 f"bad annotations: {g.error}")
         if g.waiting_for:
             return g.waiting_for
+        why = f"{g.requeued}; " if g.requeued else ""
         if g.name in failed:
-            return f"waiting: {failed[g.name]}; retrying next step"
+            return f"waiting: {why}{failed[g.name]}; retrying next step"
         start = plan.planned_start.get(g.name)
         if start is None:
-            return "waiting: not in the plan's horizon"
+            return f"waiting: {why}not in the plan's horizon"
         block = plan.planned_block.get(g.name)
         where = f" on {block.label(snap.cluster, snap.nodes).split(':')[0]}" if block else ""
         when = format_clock(self.time_of(start), self.settings.step_seconds)
-        return f"waiting: planned start {when}{where} (step {start})"
+        return f"waiting: {why}planned start {when}{where} (step {start})"
 
     # --- why pending ------------------------------------------------------------
 

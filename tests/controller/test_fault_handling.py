@@ -89,3 +89,51 @@ def test_a_running_gang_on_a_not_ready_node_is_reported_once() -> None:
     rig.advance()
     told = [e for e in rig.fake.events if e["reason"] == "NodeNotReady"]
     assert len(told) == 1 and on in told[0]["message"] and told[0]["type"] == "Warning"
+
+
+def test_a_gang_whose_node_goes_before_any_pod_binds_is_admitted_again_elsewhere() -> None:
+    rig = Rig(nodes=2)
+    keys = gang(rig.fake, "g", 2, 4)
+    r = rig.step()
+    assert r.admitted == ["ns/g"]
+    first = rig.notes(keys[0])[ann.NODE]
+    rig.fake.delete("nodes", first)  # no pod of g was bound
+    r = rig.advance()
+    assert r.admitted == ["ns/g"]
+    again = {rig.notes(k)[ann.NODE] for k in keys}
+    assert len(again) == 1 and first not in again
+    assert rig.notes(keys[0])[ann.BLOCK].startswith(again.pop() + ":")
+    assert rig.ctl.filter(rig.fake.pod(keys[0]), [first, "gpu-node-0", "gpu-node-1"])[0] == [
+        rig.notes(keys[0])[ann.NODE]]
+
+
+def test_a_gang_whose_node_goes_while_its_pods_sit_there_is_reported_not_moved() -> None:
+    rig = Rig(nodes=2)
+    keys = gang(rig.fake, "g", 1, 8)
+    rig.step()
+    on = rig.notes(keys[0])[ann.NODE]
+    pod = rig.fake.pod(keys[0])
+    pod["spec"]["nodeName"] = on  # bound: it ran there
+    pod["status"]["phase"] = "Running"
+    rig.fake.add("pods", pod)
+    rig.fake.delete("nodes", on)
+    r = rig.advance()
+    assert r.admitted == []
+    assert rig.notes(keys[0])[ann.NODE] == on
+    told = [e for e in rig.fake.events if e["reason"] == "NodeLost"]
+    assert told and on in told[-1]["message"]
+
+
+def test_a_requeued_gang_that_must_wait_says_why() -> None:
+    rig = Rig(nodes=2)
+    keys = gang(rig.fake, "g", 1, 8)
+    rig.step()
+    first = rig.notes(keys[0])[ann.NODE]
+    gang(rig.fake, "big", 1, 8)  # takes the other node at the next step
+    rig.advance()
+    rig.fake.delete("nodes", first)
+    rig.advance()
+    said = [e["message"] for e in rig.fake.events if e["reason"] == "Waiting"
+            and keys[0].split("/")[1] in str(e.get("involvedObject", e))]
+    assert any(f"admitted to {first}, which went before any of its pods bound" in m
+               for m in said), said
