@@ -606,3 +606,44 @@ def test_a_gang_whose_node_goes_before_it_binds_is_admitted_again_and_binds_else
     assert {p.spec.node_name for p in pods} == {second}
     assert {(p.metadata.annotations or {}).get(BLOCK, "").split(":")[0] for p in pods} == {
         second}
+
+
+# --- 7. a real 410 Gone ------------------------------------------------------------------
+
+
+def test_a_watch_older_than_the_restarted_api_server_gets_410_and_the_informer_relists_once(
+        faulty: Cluster, ns: str, gpu_nodes: list[str]) -> None:
+    """The informer's 410 path against the real kube-apiserver, not the fake: after a
+    restart its watch cache starts at the current revision, so a watch from an older
+    resourceVersion is answered 410 Gone; the informer relists once, misses nothing,
+    and carries on watching."""
+    from extender.adapter import kube, watching
+
+    core = faulty.core()
+    client = kube.Client(str(faulty.kubeconfig))
+    try:
+        inf = watching.Informer(client, "pods", ns, resync_seconds=300, watch_seconds=5)
+        inf.relist()
+        stale = inf._rv
+        core.create_namespaced_pod(ns, objects.pod("while-away"))  # moves the revision on
+        faulty.stop_process("kube-apiserver")
+        faulty.start_process("kube-apiserver")
+        try:
+            answer = next(iter(client.watch("pods", ns, stale, 5)), {})
+            said = f"{answer.get('type')} event, code {(answer.get('object') or {}).get('code')}"
+        except kube.ApiError as e:
+            said = f"error status {e.status}"
+        print(f"[faults] a watch from before the API server's restart: {said}")
+        assert said in ("ERROR event, code 410", "error status 410"), said
+        thread = threading.Thread(target=inf.run, daemon=True)  # resumes from `stale`
+        thread.start()
+        try:
+            wait_for(lambda: inf.get(f"{ns}/while-away"), 30, "the pod made while away")
+            core.create_namespaced_pod(ns, objects.pod("after"))
+            wait_for(lambda: inf.get(f"{ns}/after"), 30, "a pod made after the relist")
+        finally:
+            inf.stop()
+            thread.join(10)
+        assert inf.relists == 2, f"{inf.relists} lists: one at the start, one after the 410"
+    finally:
+        client.close()
