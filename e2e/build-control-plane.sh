@@ -6,13 +6,16 @@
 #   e2e/build-control-plane.sh --print-bin  print the bin directory
 #
 # Binaries: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, kwok, helm. No Docker, no downloads but the Go module proxy.
+# kubectl, kwok, helm; and, beside them in crds/, the ServiceMonitor CRD from
+# the prometheus-operator module (the chart's ServiceMonitor is validated
+# against it). No Docker, no downloads but the Go module proxy.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 
 CACHE="${GPUROSTER_CACHE:-$HOME/.cache/gpuroster}"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -118,10 +121,24 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
+fetch_crds() {
+  local out="$BIN/crds/monitoring.coreos.com_servicemonitors-$PROMETHEUS_OPERATOR_VERSION.yaml"
+  [[ -f "$out" ]] && return 0
+  log "ServiceMonitor CRD from prometheus-operator $PROMETHEUS_OPERATOR_VERSION"
+  local dir
+  dir=$(cd "$CACHE/src" && go mod download -json \
+    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$BIN/crds"
+  cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$out.tmp"
+  chmod u+w "$out.tmp" && mv "$out.tmp" "$out"
+}
+
 build_etcd
 build_kwok
 build_helm
 build_k8s
+fetch_crds
 
 elapsed=$(( $(date +%s) - started ))
 log "all binaries in $BIN (${elapsed}s this run)"
