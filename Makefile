@@ -14,6 +14,7 @@
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
 #   make audit           pip-audit of the installed dependencies
+#   make manifests       re-render deploy/manifests/gpuroster.yaml from the chart
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -26,7 +27,7 @@ PYTEST := $(PY) -m pytest
 # Every e2e test shares one cluster; a hung test must not hang CI.
 E2E_TIMEOUT ?= 900
 
-.PHONY: help venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
+.PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
         cluster-status test test-unit test-e2e lint demo bench bench-cluster
 
 help:
@@ -89,6 +90,10 @@ LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender \
 
 lint: venv cluster-bin
 	$(LINT)
+
+# The raw manifests (kubectl apply, no Helm): the chart's default render.
+manifests: venv cluster-bin
+	$(PY) deploy/manifests/render.py --write
 
 # Known vulnerabilities in the installed dependencies. --strict fails when a package
 # cannot be audited (no advisory service reachable) instead of passing silently.

@@ -666,3 +666,28 @@ def _https_ok(url: str) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
+
+
+# --- the raw manifests (no Helm) -----------------------------------------------------------
+
+
+def test_raw_manifests_apply_and_delete_cleanly(cluster: Cluster) -> None:
+    """deploy/manifests/gpuroster.yaml (the chart's default render) on the real API server:
+    every object is accepted with strict field validation, and `kubectl delete -f` leaves
+    nothing of it behind."""
+    manifest = REPO / "deploy" / "manifests" / "gpuroster.yaml"
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    applied = cluster.kubectl("apply", "--server-side", "--validate=strict", "-f",
+                              str(manifest), check=False)
+    try:
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stdout.count("serverside-applied") == len(docs), applied.stdout
+        live = labelled(cluster, "gpuroster")
+        want = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+                for d in docs if d["kind"] != "Namespace"}
+        assert want <= live, f"missing: {want - live}"
+    finally:
+        deleted = cluster.kubectl("delete", "--wait", "--timeout=120s", "--ignore-not-found",
+                                  "-f", str(manifest), check=False)
+    assert deleted.returncode == 0, deleted.stderr
+    assert not labelled(cluster, "gpuroster"), "objects left after kubectl delete -f"
