@@ -6,9 +6,11 @@
 #   e2e/build-control-plane.sh --print-bin  print the bin directory
 #
 # Binaries: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, kwok, helm; and, beside them in crds/, the ServiceMonitor CRD from
-# the prometheus-operator module (the chart's ServiceMonitor is validated
-# against it). No Docker, no downloads but the Go module proxy.
+# kubectl, kwok, helm; prometheus (for the PromQL demand source; built without
+# service-discovery plugins or web UI assets, the HTTP API is all the tests use);
+# and, in crds/, the ServiceMonitor CRD from the prometheus-operator module (the
+# chart's ServiceMonitor is validated against it). No Docker, no downloads but
+# the Go module proxy.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -16,6 +18,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+# Prometheus v3.X.Y is the Go module github.com/prometheus/prometheus v0.3XX.Y.
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 
 CACHE="${GPUROSTER_CACHE:-$HOME/.cache/gpuroster}"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -121,6 +125,17 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
+build_prometheus() {
+  local out="$BIN/prometheus-$PROMETHEUS_VERSION"
+  [[ -x "$out" ]] && return 0
+  log "prometheus $PROMETHEUS_VERSION"
+  local tmp="$CACHE/src/prometheus-$PROMETHEUS_VERSION"
+  mkdir -p "$tmp"
+  GOBIN="$tmp" go install -trimpath -tags "remove_all_sd,netgo" -ldflags "-s -w" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+  mv "$tmp/prometheus" "$out"
+}
+
 fetch_crds() {
   local out="$BIN/crds/monitoring.coreos.com_servicemonitors-$PROMETHEUS_OPERATOR_VERSION.yaml"
   [[ -f "$out" ]] && return 0
@@ -138,6 +153,7 @@ build_etcd
 build_kwok
 build_helm
 build_k8s
+build_prometheus
 fetch_crds
 
 elapsed=$(( $(date +%s) - started ))
