@@ -647,3 +647,58 @@ def test_a_watch_older_than_the_restarted_api_server_gets_410_and_the_informer_r
         assert inf.relists == 2, f"{inf.relists} lists: one at the start, one after the 410"
     finally:
         client.close()
+
+
+# --- 8. a node NotReady under a real-time service ------------------------------------------
+
+
+def test_a_service_on_a_node_gone_not_ready_keeps_its_replica_count(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    """The GPUs of a NotReady node leave the plan at once. A service's replicas there are
+    lost to it, not given up: its count must hold (before, the plan dropped them as swaps
+    and, with max_swap 1, scaled the Deployment 2 -> 0), and the plan holds GPUs for it on
+    the node that is left. (A move of its pods there costs two swaps per pod: with
+    max_swap 1 they stay until Kubernetes evicts them from the NotReady node.)"""
+    from kubernetes import client
+
+    core = faulty.core()
+    apps = client.AppsV1Api(faulty.api())
+    ext = Serve(faulty, ns, tmp_path / "serve.log")
+    serves.append(ext)
+    ext.start()
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "chat-demand"},
+                                           "data": {"curve": "[2]"}})
+    tmpl = objects.pod("chat", gpus=1)["spec"]
+    tmpl["restartPolicy"] = "Always"
+    apps.create_namespaced_deployment(ns, {  # type: ignore[arg-type]
+        "metadata": {"name": "chat", "annotations": {
+            "gpuroster.io/workload": "realtime-inference",
+            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "1"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "chat"}},
+                 "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tmpl}}})
+
+    def serving() -> list[str]:
+        pods = core.list_namespaced_pod(ns, label_selector="app=chat").items
+        return sorted(p.spec.node_name for p in pods if p.spec.node_name
+                      and p.metadata.deletion_timestamp is None
+                      and p.status.phase == "Running")
+
+    def settled() -> list[str] | None:
+        now = serving()
+        return now if len(now) == 2 and len(set(now)) == 1 else None
+
+    bad = wait_for(settled, 60, "2 chat replicas on one node")[0]
+    faulty.set_node_ready(bad, False)
+    counts: list[int] = []
+    until = time.monotonic() + 6 * STEP
+    while time.monotonic() < until:
+        counts.append(int(apps.read_namespaced_deployment("chat", ns).spec.replicas or 0))
+        time.sleep(STEP / 4)
+    view = json.loads(ext.get("/plan"))
+    held = sorted(view["nodes"][g // view["gpus_per_node"]] for g, row in enumerate(view["grid"])
+                  if row[0] == f"{ns}/chat")
+    print(f"[faults] {bad} NotReady under 2 chat replicas (max_swap 1): Deployment replicas "
+          f"over 6 steps {sorted(set(counts))}; the plan holds its GPUs on {held}")
+    assert min(counts) == 2, counts  # not scaled down for the lost node
+    assert len(held) == 2 and bad not in held, held  # replaced on the node that is left

@@ -92,7 +92,8 @@ class Controller:
         self._svc_used: dict[str, dict[str, int]] = {}
         self._sets: dict[int, dict[str, frozenset[int]]] = {}  # step -> service GPU sets
         # step -> the sets each service had before it (fixed at the step's first plan)
-        self._base: dict[int, dict[str, frozenset[int]]] = {}
+        # step -> service -> (its set at the step's start, GPUs it lost with nodes)
+        self._base: dict[int, dict[str, tuple[frozenset[int], int]]] = {}
         self._explained: dict[str, str] = {}  # pod key -> last reason written
         self._first_planned: dict[str, float] = {}
         self._forecasts: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
@@ -290,15 +291,23 @@ class Controller:
                 taken |= _mask(kept)
                 frozen |= kept
                 continue
+            # GPUs of a node that went NotReady or away are lost to the service, not
+            # given up: the plan may replace them on top of the swap cap (`lost`),
+            # instead of counting them as swapped away and shrinking the service to
+            # the cap. Its pods still on such a node hold nothing the plan can use.
             base = self._base.get(step, {})
+            down = snap.unavailable
             if name in base:  # re-planning mid-step: the same step-(now-1) set as before
-                current = base[name]
+                had, lost = base[name]
             elif name in prev:
-                current = self._reconciled(snap, sv, frozenset(x for x in prev[name]
-                                                               if x < c.gpus), taken)
+                had, lost = frozenset(x for x in prev[name] if x < c.gpus), 0
             else:
-                current = self._placed_set(snap, sv, taken)
-            self._base = {step: {**base, name: current}}
+                had, lost = self._placed_set(snap, sv, taken), 0
+            lost += sum(1 for x in had if x in down)
+            if name not in base and name in prev:
+                had = self._reconciled(snap, sv, had, taken)
+            current = frozenset(x for x in had if x not in down)
+            self._base = {step: {**base, name: (current, lost)}}
             taken |= _mask(current)
             services.append(model.ServiceState(
                 name=name, priority=sv.spec.priority, max_swap=sv.spec.max_swap,
@@ -306,7 +315,8 @@ class Controller:
                 current_gpus=current,
                 reservation=self._reservations.get(name, max(fc) if fc else 0),
                 past_forecast=tuple(int(round(x)) for x in
-                                    self._past_forecasts.get(name, past))))
+                                    self._past_forecasts.get(name, past)),
+                lost=lost))
         unavailable = set(snap.unavailable) | frozen
         for node, n in snap.foreign.items():
             if node not in snap.node_index:

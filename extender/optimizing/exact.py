@@ -261,7 +261,7 @@ class _Model:
                 )
             if inp.now > 0:
                 changed = [1 - h[g] if g in v.current_gpus else h[g] for g in range(n)]
-                cp.add(sum(changed) <= v.max_swap)
+                cp.add(sum(changed) <= v.max_swap + v.lost)  # lost GPUs: replaced, not swapped
                 sw = cp.new_int_var(0, n, f"{v.name}.swap")
                 cp.add(sw == sum(changed))
                 swaps.append(sw)

@@ -106,7 +106,7 @@ def service_curve(
                 need[k] = x
             after = need[k]
     if now > 0:
-        have = len(v.current_gpus)
+        have = len(v.current_gpus) + v.lost  # lost GPUs are replaced, not ramped back
         for k in range(length):
             x = need[k]
             if x < have - swap:
@@ -176,7 +176,7 @@ class Gpuroster:
         locked = [0] * (R + 1)
         for v in inp.services:
             want = curves[v.name][0]
-            cap = None if now == 0 else v.max_swap
+            cap = None if now == 0 else v.max_swap + v.lost
             first = min(
                 max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap)
             )
@@ -257,7 +257,7 @@ class Gpuroster:
                     wanted_next |= p.block.mask
         for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
             own = blocks.mask_of(v.current_gpus) & ~used_now
-            cap = None if now == 0 else v.max_swap
+            cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon,
                 urgent=wanted_next, per_node=c.gpus_per_node,

@@ -155,7 +155,9 @@ class ServiceState:
 
     `forecast[k]` is the forecast for step now + k (at least `horizon` long).
     `past_demand` is the true demand of steps before now (oldest first).
-    `current_gpus` is its GPU set at step now - 1 (empty at step 0).
+    `current_gpus` is its GPU set at step now - 1 (empty at step 0), less `lost`
+    GPUs that went with a node (NotReady or gone) since: replacing those is not a
+    swap, so they come on top of `max_swap` this step.
     `reservation` is the fixed reservation a reserving baseline holds (the
     peak of the forecast over the evaluation window), where one is known.
     """
@@ -168,6 +170,7 @@ class ServiceState:
     current_gpus: frozenset[int] = frozenset()
     reservation: int | None = None
     past_forecast: tuple[int, ...] = ()
+    lost: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ class PrioritySkip:
         # Services first: they keep their GPUs and scale to last step's demand.
         for v in inp.services:
             target = v.past_demand[-1] if v.past_demand else (v.forecast[0] if v.forecast else 0)
-            cap = None if inp.now == 0 else v.max_swap
+            cap = None if inp.now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, target, free | blocks.mask_of(v.current_gpus), cap
             )

@@ -9,7 +9,7 @@ from extender.adapter import annotations as ann
 from extender.adapter import kube
 from extender.controller import stepping
 from tests.controller.test_stepping import Rig, gang
-from tests.kubefake import FakeKube, make_pod, node
+from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
 
 
 @pytest.mark.parametrize(("text", "gpus"), [("1M", 1_000_000), ("4k", 4000), ("1Ki", 1024),
@@ -137,3 +137,26 @@ def test_a_requeued_gang_that_must_wait_says_why() -> None:
             and keys[0].split("/")[1] in str(e.get("involvedObject", e))]
     assert any(f"admitted to {first}, which went before any of its pods bound" in m
                for m in said), said
+
+
+def test_a_service_on_a_node_gone_not_ready_keeps_its_replicas_and_is_planned_elsewhere() -> None:
+    # The GPUs of a NotReady node leave the plan at once; a service's replicas there are
+    # lost, not swapped away: its count must not fall (2 -> 0 broke the swap cap on the
+    # cluster), and the plan holds GPUs for it on a node that is left.
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="2"))
+    rig.fake.add("deployments", deployment("svc", replicas=2, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "1"}))
+    rig.step()
+    planned = rig.ctl.table.service_planned["ns/svc"]
+    (on,) = [n for n, k in planned.items() if k]
+    for i in range(2):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on(on).build())
+    rig.advance()
+    rig.fake.add("nodes", node(int(on.rsplit("-", 1)[1]), ready=False))
+    for _ in range(3):
+        rig.advance()
+        assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
+    planned = rig.ctl.table.service_planned["ns/svc"]
+    assert planned.get(on, 0) == 0 and sum(planned.values()) == 2, planned

@@ -211,6 +211,23 @@ def test_overrun_guard_keeps_the_services_room_from_a_running_jobs_overrun() -> 
     assert metrics.compute(s, bare.grid).realtime_shortfall == 2
 
 
+@pytest.mark.parametrize("policy", ["gpuroster", "priority-skip"])
+def test_gpus_a_service_lost_with_a_node_are_replaced_on_top_of_its_swap_cap(
+        policy: str) -> None:
+    # Step 5: the service had 2 GPUs on a node that went away (lost=2, current empty).
+    # Replacing them is not a swap: it gets its 2 back at once, not max_swap=1 of them.
+    c = model.Cluster(nodes=2, gpus_per_node=4)
+    v = model.ServiceState(name="chat", priority=5, max_swap=1, forecast=(2,) * 48,
+                           past_demand=(2,) * 5, current_gpus=frozenset(), lost=2,
+                           past_forecast=(2,) * 5)
+    inp = model.PlanInput(5, c, 24, (), (), (v,), frozenset(range(4, 8)))
+    gpus = policies.create(policy).plan(inp).service_gpus["chat"]
+    assert len(gpus) == 2 and not gpus & set(range(4, 8)), gpus
+    # Without the loss, from nothing, the cap holds it to one more GPU.
+    bare = policies.create(policy).plan(replace(inp, services=(replace(v, lost=0),)))
+    assert len(bare.service_gpus["chat"]) == 1
+
+
 def test_illegal_plan_is_refused_by_the_simulator() -> None:
     class Cheater:
         name = "cheater"
