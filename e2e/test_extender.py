@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.harness import objects
+from e2e.harness import objects, processes
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = 2.0
@@ -74,14 +73,8 @@ class Extender:
         raise RuntimeError(f"gpuroster serve not ready in {timeout}s: {self.log()}")
 
     def stop(self, hard: bool = False) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if self.proc is not None:
+            processes.stop_process(self.proc, hard=hard)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
@@ -234,14 +227,8 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
     curve = [1, 5, 5, 2, 2, 6]
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "chat-demand"}, "data": {"curve": json.dumps(curve)}})
-    tmpl = objects.pod("chat", gpus=1)["spec"]
-    tmpl["restartPolicy"] = "Always"
-    apps.create_namespaced_deployment(namespace, {  # type: ignore[arg-type]
-        "metadata": {"name": "chat", "annotations": {
-            "gpuroster.io/workload": "realtime-inference",
-            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "chat"}},
-                 "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tmpl}}})
+    apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
+        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
     batch = gang_pods(core, namespace, "fill", 2, 8, runtime="30s", duration="30s")
     seen: list[tuple[int, int]] = []  # (step, replicas): the last count seen in each step
     deadline = time.monotonic() + 10 * STEP
@@ -431,15 +418,9 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     curve = [peak] * 3 + [0] * 9
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
-    tmpl = objects.pod("svc", gpus=1)["spec"]
-    tmpl["restartPolicy"] = "Always"
-    apps.create_namespaced_deployment(namespace, {  # type: ignore[arg-type]
-        "metadata": {"name": "svc", "annotations": {
-            "gpuroster.io/workload": "realtime-inference",
-            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": str(peak),
-            "gpuroster.io/priority": "critical"}},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "svc"}},
-                 "template": {"metadata": {"labels": {"app": "svc"}}, "spec": tmpl}}})
+    apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
+        "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": str(peak),
+        "gpuroster.io/priority": "critical"}))
     # One node's worth of batch per gang, as many gangs as the cluster has nodes.
     gangs = [gang_pods(core, namespace, f"b{i}", 1, 8, runtime="12s", duration="12s")
              for i in range(nodes)]

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster, binaries_dir, free_port
-from e2e.harness import objects
+from e2e.harness import objects, processes
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = "gpuroster.io/block"
@@ -127,17 +126,12 @@ class Serve:
         raise RuntimeError(f"gpuroster serve: {wait} not 200 after {timeout}s:\n{self.log()}")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        if self.proc is not None:
+            processes.stop_process(self.proc, hard=True)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            processes.stop_process(self.proc)
 
     def status(self, path: str) -> int:
         try:
@@ -669,14 +663,8 @@ def test_a_service_on_a_node_gone_not_ready_keeps_its_replica_count(
     ext.start()
     core.create_namespaced_config_map(ns, {"metadata": {"name": "chat-demand"},
                                            "data": {"curve": "[2]"}})
-    tmpl = objects.pod("chat", gpus=1)["spec"]
-    tmpl["restartPolicy"] = "Always"
-    apps.create_namespaced_deployment(ns, {  # type: ignore[arg-type]
-        "metadata": {"name": "chat", "annotations": {
-            "gpuroster.io/workload": "realtime-inference",
-            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "1"}},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "chat"}},
-                 "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tmpl}}})
+    apps.create_namespaced_deployment(ns, objects.inference_deployment("chat", {
+        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "1"}))
 
     def serving() -> list[str]:
         pods = core.list_namespaced_pod(ns, label_selector="app=chat").items

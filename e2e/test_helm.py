@@ -42,7 +42,7 @@ import yaml
 from e2e import accounts
 from e2e.accounts import Access
 from e2e.cluster import Cluster, free_port
-from e2e.harness import objects
+from e2e.harness import objects, processes
 
 pytestmark = pytest.mark.e2e
 
@@ -420,7 +420,8 @@ def test_extender_rbac_allows_exactly_what_the_code_uses(
     admin_apps: Any = k8s.AppsV1Api(cluster.api())
     admin.create_namespaced_pod(other_namespace, objects.pod(
         "job-0", gpus=2, scheduler_name="nobody-schedules-this"))
-    admin_apps.create_namespaced_deployment(other_namespace, _deployment("svc"))
+    admin_apps.create_namespaced_deployment(
+        other_namespace, objects.inference_deployment("svc", {}, replicas=1, gpus=0))
     admin.create_namespaced_config_map(other_namespace, {
         "metadata": {"name": "svc-demand"}, "data": {"curve": "[1, 2, 2]"}})
 
@@ -475,17 +476,6 @@ def test_extender_rbac_allows_exactly_what_the_code_uses(
     assert pod.spec.node_name == "gpu-node-0"
     assert pod.metadata.annotations["gpuroster.io/block"] == "gpu-node-0:0-1"
     assert admin_apps.read_namespaced_deployment("svc", other_namespace).spec.replicas == 3
-
-
-def _deployment(name: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "metadata": {"name": name, "annotations": {"gpuroster.io/workload": "realtime-inference"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"tolerations": TOLERATE_FAKE_NODES, "containers": [
-                {"name": "main", "image": "registry.invalid/gpuroster/fake:1"}]}}},
-    }
 
 
 def test_watched_namespaces_and_leader_election_rbac(
@@ -648,12 +638,7 @@ def test_chart_scheduler_config_runs_as_its_service_account(
                      60, "the chart's scheduler to bind the GPU pod through the extender")
             assert "filter" in stub.calls and "bind" in stub.calls
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            processes.stop_process(proc, timeout=15)
     text = log.read_text()
     assert "forbidden" not in text.lower(), [ln for ln in text.splitlines()
                                              if "forbidden" in ln.lower()][:10]

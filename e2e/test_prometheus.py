@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster, free_port
-from e2e.harness import objects
+from e2e.harness import objects, processes
 from e2e.test_extender import Extender, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -82,24 +82,14 @@ def prometheus(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, Gauge]]:
         wait_for(scraped, 30, "Prometheus to scrape the gauge")
         yield url, gauge
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        processes.stop_process(proc)
         log.close()
         gauge.httpd.shutdown()
 
 
 def service(apps: Any, namespace: str, name: str, query: str, replicas: int) -> None:
-    tmpl = objects.pod(name, gpus=1)["spec"]
-    tmpl["restartPolicy"] = "Always"
-    apps.create_namespaced_deployment(namespace, {
-        "metadata": {"name": name, "annotations": {
-            "gpuroster.io/workload": "realtime-inference",
-            "gpuroster.io/demand-query": query, "gpuroster.io/max-swap": "4"}},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}}, "spec": tmpl}}})
+    apps.create_namespaced_deployment(namespace, objects.inference_deployment(name, {
+        "gpuroster.io/demand-query": query, "gpuroster.io/max-swap": "4"}, replicas=replicas))
 
 
 def test_a_deployment_follows_demand_read_from_a_real_prometheus(

@@ -31,7 +31,7 @@ import yaml
 
 from e2e import accounts
 from e2e.cluster import Cluster
-from e2e.harness import objects
+from e2e.harness import objects, processes
 from e2e.test_helm import BASE_VALUES, CHART, Helm, helm, release_name, values_file  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,11 +139,7 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
               f"{sorted(needles)}: {leaks or 'nothing found'}")
         assert not leaks, leaks
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        processes.stop_process(proc)
 
 
 def _ok(url: str) -> bool:

@@ -89,3 +89,26 @@ def pod(
         "metadata": {"name": name, "annotations": notes, "labels": dict(labels or {})},
         "spec": spec,
     }
+
+
+def inference_deployment(
+    name: str,
+    annotations: dict[str, str],
+    *,
+    replicas: int = 0,
+    gpus: int = 1,
+) -> dict[str, Any]:
+    """A real-time inference Deployment ``name`` whose pods (label ``app: name``) each
+    ask for ``gpus`` GPUs and run until deleted. ``annotations`` come on top of
+    ``gpuroster.io/workload: realtime-inference``."""
+    template = pod(name, gpus=gpus, labels={"app": name})
+    template["spec"]["restartPolicy"] = "Always"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "annotations": {
+            "gpuroster.io/workload": "realtime-inference", **annotations}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": template["spec"]}},
+    }

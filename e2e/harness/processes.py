@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 _SETPRIV = shutil.which("setpriv")
 
@@ -129,6 +130,20 @@ class Group:
         self.stopped.clear()
         with contextlib.suppress(OSError), (self.log_dir / "stop.txt").open("a") as f:
             f.write("\n".join(report) + "\n")
+
+
+def stop_process(popen: subprocess.Popen[Any], timeout: float = 10.0,
+                 hard: bool = False) -> None:
+    """Stop one process this test started itself (not a cluster child): SIGTERM (SIGKILL
+    with ``hard``), ``timeout`` seconds to exit, then SIGKILL. A no-op once it has exited."""
+    if popen.poll() is not None:
+        return
+    popen.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+    try:
+        popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(5)
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
