@@ -280,26 +280,37 @@ def demand(configmap: Mapping[str, Any]) -> Demand:
     return Demand(tuple(curve), tuple(history), spd, tuple(observed))
 
 
+def _split_block(label: str) -> tuple[str, str, str | None]:
+    """A block label's first node, last node and, for a block inside one node, its GPU
+    range: `node-3:0-3` -> (node-3, node-3, "0-3"); `node-4..node-5` -> (node-4, node-5,
+    None). A node name may itself hold ':', so the range follows the last one."""
+    if ".." in label:
+        first, last = label.split("..", 1)
+        return first, last, None
+    node, colon, rng = label.rpartition(":")
+    if not colon:  # no range at all: parse_block refuses it
+        return label, label, ""
+    return node, node, rng
+
+
 def block_nodes(label: str) -> list[str]:
     """The node names a block label mentions (`node-3:0-3`, `node-4..node-5`)."""
-    if ".." in label:
-        return label.split("..", 1)
-    return [label.rsplit(":", 1)[0]]
+    first, last, rng = _split_block(label)
+    return [first] if rng is not None else [first, last]
 
 
 def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -> model.Block:
     """Inverse of `model.Block.label` with real node names. Raises AnnotationError."""
+    first, last, rng = _split_block(label)
     try:
-        if ".." in label:
-            first, last = label.split("..", 1)
+        if rng is None:
             i, j = node_index[first], node_index[last]
             if j < i:
                 raise ValueError
             return model.Block(i * gpus_per_node, (j - i + 1) * gpus_per_node)
-        node, rng = label.rsplit(":", 1)
         lo, hi = (int(x) for x in rng.split("-", 1))
         if not 0 <= lo <= hi < gpus_per_node:
             raise ValueError
-        return model.Block(node_index[node] * gpus_per_node + lo, hi - lo + 1)
+        return model.Block(node_index[first] * gpus_per_node + lo, hi - lo + 1)
     except (ValueError, KeyError):
         raise AnnotationError(f"{BLOCK}: cannot place {label!r} on the current nodes") from None

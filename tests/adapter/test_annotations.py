@@ -133,6 +133,24 @@ def test_block_on_a_missing_node_is_an_error() -> None:
         ann.parse_block("gone:0-3", {"gpu-node-0": 0}, 8)
 
 
+@pytest.mark.parametrize(("label", "nodes"), [
+    ("gpu-node-0:3-4", ["gpu-node-0"]),
+    ("gpu-node-1..gpu-node-2", ["gpu-node-1", "gpu-node-2"]),
+    ("host:with:colons:0-7", ["host:with:colons"]),
+    ("gpu-node-0", ["gpu-node-0"]),  # malformed, but its node is still the one named
+])
+def test_block_nodes_names_what_parse_block_reads(label: str, nodes: list[str]) -> None:
+    assert ann.block_nodes(label) == nodes
+
+
+@pytest.mark.parametrize("label", [
+    "gpu-node-0", "gpu-node-0:", "gpu-node-0:4-3", "gpu-node-0:0-8", "gpu-node-1..gpu-node-0",
+    "gpu-node-0:a-b"])
+def test_malformed_block_labels_are_refused(label: str) -> None:
+    with pytest.raises(ann.AnnotationError, match="cannot place"):
+        ann.parse_block(label, {"gpu-node-0": 0, "gpu-node-1": 1}, 8)
+
+
 @pytest.mark.parametrize(("text", "seconds"), [
     ("6h", 21600), ("90m", 5400), ("2d", 172800), ("20s", 20), ("1h30m", 5400), ("1.5h", 5400)])
 def test_durations(text: str, seconds: float) -> None:
