@@ -299,13 +299,16 @@ class Controller:
             down = snap.unavailable
             if name in base:  # re-planning mid-step: the same step-(now-1) set as before
                 had, lost = base[name]
+                lost += sum(1 for x in had if x in down)
             elif name in prev:
-                had, lost = frozenset(x for x in prev[name] if x < c.gpus), 0
-            else:
-                had, lost = self._placed_set(snap, sv, taken), 0
-            lost += sum(1 for x in had if x in down)
-            if name not in base and name in prev:
+                had = frozenset(x for x in prev[name] if x < c.gpus)
+                lost = sum(1 for x in had if x in down)
+                # Counted before reconciling: GPUs it adds where its pods hold more than
+                # the plan gave (a down node included) were never the plan's to lose.
                 had = self._reconciled(snap, sv, had, taken)
+            else:
+                had = self._placed_set(snap, sv, taken)
+                lost = sum(1 for x in had if x in down)
             current = frozenset(x for x in had if x not in down)
             self._base = {step: {**base, name: (current, lost)}}
             taken |= _mask(current)
