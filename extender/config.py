@@ -80,7 +80,8 @@ class Settings:
     tls_key_file: str = ""
     log_level: str = "INFO"
     kubeconfig: str = ""  # empty: in-cluster
-    epoch: float = 0.0  # unix time of step 0; 0 = service start
+    epoch: float = 0.0  # unix time of step 0; the default 0 (a UTC midnight) aligns steps
+    # to the wall clock
     resync_seconds: float = 300.0
     max_body_bytes: int = 64 * 1024 * 1024
 
@@ -186,7 +187,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("tls_key_file", str, "and this key"),
     ("log_level", str, "DEBUG | INFO | WARNING | ERROR"),
     ("kubeconfig", str, "kubeconfig path (empty: in-cluster config)"),
-    ("epoch", float, "unix time of step 0 (0: when the service starts)"),
+    ("epoch", float, "unix time of step 0 (0: 1970-01-01T00:00Z, steps on the wall clock)"),
     ("resync_seconds", float, "full relist of the cache every this many seconds"),
     ("max_body_bytes", int, "largest extender request body accepted"),
 )

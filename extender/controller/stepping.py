@@ -78,10 +78,12 @@ class Controller:
         self.client = client
         self.cache = cache
         self.clock = clock or clock_mod.RealClock()
-        # Step 0 has no previous GPU sets (MODEL.md: no swap cap). Without a configured
-        # epoch the first step is 1, so a restarted service keeps the cap from its
-        # first step on (current sets rebuilt from where the pods run).
-        self.epoch = settings.epoch or self.clock.now() - settings.step_seconds
+        # Steps count from the epoch; the default, 0, is a UTC midnight, so steps fall
+        # on the wall clock (hourly steps on the hour, a 24-value curve by hour of day)
+        # and every replica and restart counts the same steps. A restarted service is
+        # past step 0 (which has no previous GPU sets, MODEL.md), so the swap cap holds
+        # from its first step, with current sets rebuilt from where the pods run.
+        self.epoch = settings.epoch
         self.leader = leader or (lambda: True)
         self.policy = policy or self._make_policy()
         self.query = prometheus_query or prometheus.query_range

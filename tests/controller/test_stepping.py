@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -283,12 +284,28 @@ def test_follower_answers_from_annotations_but_never_writes() -> None:
     assert "waiting" in failed["gpu-node-0"]
 
 
-def test_default_epoch_starts_at_step_one() -> None:
+def test_default_steps_fall_on_the_wall_clock_and_a_daily_curve_on_the_hour() -> None:
+    """Without --epoch, two replicas (or one restarted) started at different times count
+    the same steps, hourly steps begin on the hour, and a 24-value curve is read by UTC
+    hour of day: a restart does not shift the peak to other hours."""
+    t = 1_767_270_600.0  # 2026-01-01T12:30:00Z
     fake = FakeKube()
-    clock = clock_mod.FakeClock(START)
-    ctl = stepping.Controller(config.Settings(step_seconds=10), fake, watching.Cache(fake),
-                              clock=clock)
-    assert ctl.step_of(clock.now()) == 1
+    fake.add("nodes", node(0))
+    fake.add("configmaps", configmap("d", curve=json.dumps(list(range(24)))))
+    fake.add("deployments", deployment("svc", notes={"gpuroster.io/demand-configmap": "d"}))
+    for started in (t, t + 1000.0):  # the second replica starts 1000 s later
+        clock = clock_mod.FakeClock(started)
+        ctl = stepping.Controller(config.Settings(step_seconds=3600), fake,
+                                  watching.Cache(fake), clock=clock)
+        assert ctl.step_of(t + 1000.0) == int(t // 3600)
+        assert ctl.time_of(ctl.step_of(started)) == t - 1800.0  # 12:00, the hour's start
+    cache = watching.Cache(fake)
+    for i in cache.all():
+        i.relist()
+    ctl = stepping.Controller(config.Settings(step_seconds=3600), fake, cache,
+                              clock=clock_mod.FakeClock(t))
+    ctl.run_step()
+    assert ctl.view["services"]["ns/svc"]["forecast"][:3] == [12, 13, 14]
 
 
 def test_demand_from_history_goes_through_the_forecaster() -> None:
