@@ -3,7 +3,10 @@
 Every replica answers kube-scheduler from its own cache; only the holder of the
 Lease commits (admits gangs, scales Deployments, writes Events). A holder that
 cannot renew within `renew_deadline` stops committing before its Lease can
-expire, so two replicas never commit at once.
+expire, so two replicas never commit at once. A holder that shuts down (SIGTERM,
+a rolling update) releases the Lease after it has stopped committing, so a
+follower takes over at its next retry instead of waiting the Lease out
+(client-go's ReleaseOnCancel).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Elector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def is_leader(self) -> bool:
         return self._mono() < self._leader_until
@@ -134,7 +138,34 @@ class Elector:
             self._stop.wait(self.retry_seconds)
 
     def start(self) -> None:
-        threading.Thread(target=self.run, name="leader-election", daemon=True).start()
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+
+    def release(self) -> bool:
+        """Stop electing and, if we lead, give the Lease up: stop committing first, then
+        clear its holder (a follower then acquires it at once). True if released. A
+        failed release is logged and left to the Lease's expiry, as after a crash."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(10.0)  # no renewal may land after the release
+        if not self.is_leader():
+            return False
+        self._leader_until = 0.0
+        try:
+            lease = self.store.get()
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                return False
+            t = _micro(self._now())
+            lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
+                             "acquireTime": t, "renewTime": t}
+            self.store.update(lease)
+        except kube.ApiError as e:
+            log.warning("could not release the lease %s/%s (%s); it expires in %gs",
+                        self.namespace, self.name, e, self.lease_seconds)
+            return False
+        log.info("released the lease %s/%s", self.namespace, self.name)
+        return True

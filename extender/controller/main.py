@@ -51,10 +51,10 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
         controller.start()
 
     def stop() -> None:
-        controller.stop()
+        controller.stop(wait=10.0)  # a round in flight ends before the Lease goes
         cache.stop()
         if elector is not None:
-            elector.stop()
+            elector.release()  # after the controller: it must not commit once released
 
     app = app_mod.create_app(
         controller, view=lambda: controller.view,

@@ -132,9 +132,12 @@ class Controller:
         self._thread = threading.Thread(target=self._loop, name="step-loop", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """End the loop; with ``wait``, give a round in flight that long to finish."""
         self._stop.set()
         self._dirty.set()
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

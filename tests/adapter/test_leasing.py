@@ -79,3 +79,41 @@ def test_leader_steps_down_when_it_cannot_renew() -> None:
     assert a.try_once()  # still inside the renew deadline
     clock.t += 6
     assert not a.try_once() and not a.is_leader()
+
+
+def test_a_leader_that_shuts_down_releases_and_a_follower_takes_over_at_once() -> None:
+    store, clock = Store(), Clock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    assert a.try_once()
+    assert not b.try_once()
+    clock.t += 1  # far inside a's 15 s Lease
+    assert a.release() and not a.is_leader()
+    assert store.lease is not None and store.lease["spec"]["holderIdentity"] == ""
+    assert b.try_once() and b.is_leader()
+    assert store.lease["spec"]["holderIdentity"] == "b"
+    assert store.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_release_leaves_a_lease_it_does_not_hold_alone() -> None:
+    store, clock = Store(), Clock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    assert a.try_once()
+    assert not b.try_once()
+    assert not elector(store, clock, "c").release()  # a follower has nothing to give up
+    assert store.lease is not None and store.lease["spec"]["holderIdentity"] == "a"
+    # a's Lease lapsed and b took it while a was cut off: a must not clear b's holder
+    clock.t += 16
+    assert b.try_once()
+    a._leader_until = clock.t + 5  # a still believes it leads (its renew deadline)
+    assert not a.release() and not a.is_leader()
+    assert store.lease["spec"]["holderIdentity"] == "b"
+
+
+def test_a_failed_release_is_left_to_expiry() -> None:
+    store, clock = Store(), Clock()
+    a = elector(store, clock, "a")
+    assert a.try_once()
+    store.fail = True
+    assert not a.release() and not a.is_leader()  # stops committing all the same
+    store.fail = False
+    assert store.lease is not None and store.lease["spec"]["holderIdentity"] == "a"
