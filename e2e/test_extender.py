@@ -42,6 +42,11 @@ class Extender:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0
+        # Steps count from one step before the first start (step 1 is the first), so a
+        # test's demand curve starts where the test says; restarts keep the count.
+        # (gpuroster's default epoch puts steps on the wall clock instead.)
+        step = float(env.get("GPUROSTER_STEP_SECONDS", STEP))
+        self.epoch = float(env.get("GPUROSTER_EPOCH") or 0) or time.time() - step
 
     def start(self, timeout: float = 30.0) -> None:
         env = dict(os.environ)
@@ -52,6 +57,7 @@ class Extender:
             "GPUROSTER_STEP_SECONDS": str(STEP),
             "GPUROSTER_NAMESPACES": self.namespace,
             "GPUROSTER_LOG_LEVEL": "INFO",
+            "GPUROSTER_EPOCH": f"{self.epoch:.3f}",
             **self.env,
         })
         log = self.log_path.open("ab")
@@ -410,7 +416,7 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     total = nodes * 8
     peak = total // 2
     # Peak for 3 steps, trough for 9: a reservation at the peak would leave half the GPUs.
-    # Steps count from the extender's start, so the peak is now. The gangs last 6 steps:
+    # Steps count from the extender's start (its epoch), so the peak is now. The gangs last 6 steps:
     # two fit beside the peak, and the other two can only start in the trough, while the
     # first two still run. Created up to 6 steps late, all four still overlap in the
     # trough. (With 3-step gangs the plan may rightly run them two by two, and whether
