@@ -12,7 +12,8 @@ Each prints what it tried and what it saw.
    its cache (the admitted pod passes on its node, a waiting pod nowhere),
    its watches resume, and the run completes with the decisions it had.
 3. Two replicas with leader election on one Lease: only the leader commits;
-   killing it hands over; no gang is admitted twice.
+   killing it hands over; no gang is admitted twice. Stopped gracefully, the
+   leader releases the Lease and the follower takes over at once.
 4. kube-scheduler restarted while gangs bind: no pod bound twice.
 5. A node NotReady, then deleted, under a running gang: the plan stops
    counting its GPUs, the gang is reported, nothing else moves.
@@ -470,6 +471,35 @@ def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
           f"(gangs: 2)")
     assert len(admitted_lines) == 2, admitted_lines
     assert handover <= 15.0, f"handover took {handover:.1f}s"
+
+
+def test_a_leader_stopped_gracefully_hands_over_at_once(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
+        serves: list[Serve]) -> None:
+    """SIGTERM (a rolling update, a drain): the leader stops committing, releases the
+    Lease, and the follower takes it at its next retry, not after the Lease's 10 s."""
+    core = faulty.core()
+    env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
+           "GPUROSTER_LEASE_NAME": "gpuroster"}
+    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), env=env)
+    a = Serve(faulty, ns, tmp_path / "a.log", env=env)
+    serves.extend([a, b])
+    b.start()
+    wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
+    a.start()
+    b.stop()
+    stopped = time.monotonic()
+    assert b.proc is not None and b.proc.returncode == 0, b.log()
+    assert "released the lease" in b.log(), b.log()
+    wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == a.identity, 20,
+             "a to take the released Lease")
+    handover = time.monotonic() - stopped
+    late = gang(core, ns, "late", 1, 8, runtime="6s", duration="6s")
+    wait_for(lambda: bound(core, ns, late), 40, "a gang admitted by the new leader")
+    print(f"[faults] leader SIGTERMed: it released the Lease and the follower held it "
+          f"{handover:.1f}s after the leader exited (Lease: 10s); the new leader admitted "
+          f"and bound a gang {time.monotonic() - stopped:.1f}s after")
+    assert handover <= 5.0, f"handover took {handover:.1f}s"
 
 
 # --- 4. kube-scheduler restarted --------------------------------------------------------
