@@ -456,10 +456,13 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
 def test_a_pods_priority_class_value_maps_to_a_configured_class(
         core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     """The real API server copies the PriorityClass's value into spec.priority; with
-    GPUROSTER_PRIORITY_CLASS_VALUES the pod gets the class of that value."""
+    GPUROSTER_PRIORITY_CLASS_VALUES the pod gets the class of that value, and a real-time
+    Deployment whose pod template names the PriorityClass (no value there) gets it too,
+    read from the PriorityClass itself."""
     from kubernetes import client
 
     sched = client.SchedulingV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
     pc = f"e2e-{namespace}"[:63]  # cluster-scoped: unique per test
     sched.create_priority_class({"metadata": {"name": pc}, "value": 5000})  # type: ignore[arg-type]
     ext = Extender(cluster, namespace, tmp_path,
@@ -474,6 +477,15 @@ def test_a_pods_priority_class_value_maps_to_a_configured_class(
         job = wait_for(lambda: ext.get("/plan")["jobs"].get(f"{namespace}/valued"), 20,
                        "the pod in the plan")
         assert job["priority"] == 4.0  # high: 1000 <= 5000 < 1000000
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "valued-demand"}, "data": {"curve": "[1]"}})
+        dep = objects.inference_deployment(
+            "valued-svc", {"gpuroster.io/demand-configmap": "valued-demand"})
+        dep["spec"]["template"]["spec"]["priorityClassName"] = pc
+        apps.create_namespaced_deployment(namespace, dep)
+        svc = wait_for(lambda: ext.get("/plan")["services"].get(f"{namespace}/valued-svc"), 20,
+                       "the Deployment in the plan")
+        assert svc["priority"] == 4.0, svc  # the PriorityClass's 5000, as for its pods
     finally:
         ext.stop()
         sched.delete_priority_class(pc)

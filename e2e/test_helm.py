@@ -348,6 +348,9 @@ def workload_access(namespace: str | None) -> list[Access]:
 
 
 NODE_ACCESS = [Access(v, "nodes") for v in ("get", "list", "watch")]
+# Only with config.priorityClassValues: a Deployment's template class's value.
+PRIORITY_CLASS_ACCESS = [Access(v, "priorityclasses", group="scheduling.k8s.io")
+                         for v in ("get", "list", "watch")]
 
 
 def refused_access(namespace: str) -> list[Access]:
@@ -406,6 +409,7 @@ def test_extender_rbac_allows_exactly_what_the_code_uses(
         allowed=[*workload_access(namespace), *workload_access(other_namespace),
                  *workload_access(None), *NODE_ACCESS],
         refused=[*refused_access(namespace), *refused_access(other_namespace),
+                 *PRIORITY_CLASS_ACCESS,  # no priorityClassValues
                  # one replica: no leader election, no lease rights
                  Access("create", "leases", group="coordination.k8s.io", namespace=namespace),
                  Access("get", "leases", group="coordination.k8s.io", namespace=namespace,
@@ -484,12 +488,13 @@ def test_watched_namespaces_and_leader_election_rbac(
     release = release_name(namespace)
     full = f"{release}-gpuroster"
     helm("install", release, str(CHART), "-n", namespace, "-f", values_file(
-        tmp_path, BASE_VALUES, {"replicaCount": 2, "config": {"namespaces": [other_namespace]}}))
+        tmp_path, BASE_VALUES, {"replicaCount": 2, "config": {
+            "namespaces": [other_namespace], "priorityClassValues": {"high": 1000}}}))
     kc = accounts.service_account_kubeconfig(cluster, namespace, full, tmp_path / "sa.kubeconfig")
     lease = {"group": "coordination.k8s.io", "resource": "leases"}
     assert_access(
         kc,
-        allowed=[*workload_access(other_namespace), *NODE_ACCESS,
+        allowed=[*workload_access(other_namespace), *NODE_ACCESS, *PRIORITY_CLASS_ACCESS,
                  Access("create", namespace=namespace, **lease),
                  Access("get", namespace=namespace, name=full, **lease),
                  Access("update", namespace=namespace, name=full, **lease)],

@@ -138,6 +138,24 @@ def priority(value: str | None, classes: Mapping[str, float], fallback: str) -> 
     return p
 
 
+def resolved_priority(spec: Mapping[str, Any],
+                      priority_classes: Mapping[str, Mapping[str, Any]]) -> int | None:
+    """The `spec.priority` the API server gives a pod of this spec: its own when set (a
+    pod), else its PriorityClass's value, else the global default class's (the lowest if
+    several), else None. ``priority_classes``: PriorityClass objects by name."""
+    value = spec.get("priority")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    name = spec.get("priorityClassName")
+    if name:
+        pc = priority_classes.get(str(name))
+        chosen = [pc] if pc is not None else []
+    else:
+        chosen = [pc for pc in priority_classes.values() if pc.get("globalDefault")]
+    values = [v for pc in chosen if isinstance(v := pc.get("value"), int)]
+    return min(values) if values else None
+
+
 def class_from_spec(spec: Mapping[str, Any], settings: config.Settings) -> str | None:
     """The class of a pod (or pod template) without a priority annotation, or None for the
     default: its `priorityClassName` when that names a class; else, when
@@ -207,15 +225,21 @@ def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
                    duration_seconds=seconds)
 
 
-def service_spec(dep: Mapping[str, Any], settings: config.Settings) -> ServiceSpec | None:
-    """A real-time service from a Deployment, or None if it is not one. Raises AnnotationError."""
+def service_spec(dep: Mapping[str, Any], settings: config.Settings,
+                 priority_classes: Mapping[str, Mapping[str, Any]] | None = None,
+                 ) -> ServiceSpec | None:
+    """A real-time service from a Deployment, or None if it is not one. Raises AnnotationError.
+
+    A pod template carries no resolved `spec.priority`: with ``priority_classes`` (the
+    cluster's PriorityClasses by name) it gets the value its pods will get."""
     a = annotations_of(dep)
     if a.get(WORKLOAD) != model.REALTIME_TYPE:
         return None
     pclass = a.get(PRIORITY)
     if pclass is None:
         template = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
-        pclass = class_from_spec(template, settings)
+        value = resolved_priority(template, priority_classes or {})
+        pclass = class_from_spec({**template, "priority": value}, settings)
     prio = priority(pclass, settings.priority_classes, settings.default_priority)
     raw = a.get(MAX_SWAP, "2")
     try:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-KINDS = ("nodes", "pods", "deployments", "configmaps")
+KINDS = ("nodes", "pods", "deployments", "configmaps", "priorityclasses")
 NAMESPACED = {"pods", "deployments", "configmaps"}
 MERGE = "application/merge-patch+json"
 # Pod conditions merge by type only under a strategic merge patch.
@@ -66,6 +66,7 @@ class Client:
         # Bodies go in as dicts and come back as raw JSON: skip the generated model types.
         self.core: Any = client.CoreV1Api(self.api)
         self.apps: Any = client.AppsV1Api(self.api)
+        self.scheduling: Any = client.SchedulingV1Api(self.api)
         self.timeout = qps_timeout
 
     def close(self) -> None:
@@ -77,6 +78,8 @@ class Client:
     def _lister(self, kind: str, namespace: str | None) -> Any:
         if kind == "nodes":
             return self.core.list_node, {}
+        if kind == "priorityclasses":
+            return self.scheduling.list_priority_class, {}
         if kind not in NAMESPACED:
             raise ValueError(f"unknown kind {kind!r}")
         api = self.apps if kind == "deployments" else self.core

@@ -168,8 +168,9 @@ def pod_live(pod: Obj) -> bool:
 def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
           configmaps: Iterable[Obj], settings: config.Settings,
           assumed: Mapping[str, str] | None = None,
-          namespaces: Iterable[str] = ()) -> Snapshot:
+          namespaces: Iterable[str] = (), priority_classes: Iterable[Obj] = ()) -> Snapshot:
     assumed = assumed or {}
+    pcs = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
     managed = set(namespaces)
     gpu_nodes = sorted((n for n in nodes if _allocatable_gpus(n) > 0), key=_order)
     g = settings.gpus_per_node or max((_allocatable_gpus(n) for n in gpu_nodes), default=8)
@@ -191,7 +192,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         if not in_scope(d):
             continue
         try:
-            spec = ann.service_spec(d, settings)
+            spec = ann.service_spec(d, settings, pcs)
         except ann.AnnotationError as e:
             service_errors[ann.key(d)] = str(e)
             continue

@@ -162,11 +162,13 @@ class Informer:
 
 
 class Cache:
-    """Nodes, Pods, Deployments and ConfigMaps, plus assumed bindings."""
+    """Nodes, Pods, Deployments and ConfigMaps (and, with ``priority_classes``, the
+    cluster's PriorityClasses), plus assumed bindings."""
 
     def __init__(self, client: kube.Kube, namespaces: Iterable[str] = (), *,
                  resync_seconds: float = 300.0,
-                 on_change: Callable[[str], None] | None = None) -> None:
+                 on_change: Callable[[str], None] | None = None,
+                 priority_classes: bool = False) -> None:
         ns: list[str | None] = list(namespaces) or [None]
         self.namespaces = tuple(n for n in ns if n)
         kw: dict[str, Any] = {"resync_seconds": resync_seconds, "on_change": on_change}
@@ -175,6 +177,8 @@ class Cache:
             **{k: [Informer(client, k, n, **kw) for n in ns]
                for k in ("pods", "deployments", "configmaps")},
         }
+        if priority_classes:
+            self.informers["priorityclasses"] = [Informer(client, "priorityclasses", None, **kw)]
         self._assumed: dict[str, str] = {}  # pod key -> node
         self._lock = threading.Lock()
 
@@ -197,8 +201,9 @@ class Cache:
         return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.all())
 
     def items(self, kind: str) -> list[Obj]:
+        """The cached objects of ``kind`` (none for a kind this cache does not watch)."""
         out: list[Obj] = []
-        for i in self.informers[kind]:
+        for i in self.informers.get(kind, ()):
             out.extend(i.items())
         return out
 

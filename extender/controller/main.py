@@ -25,7 +25,9 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
     client = client or kube.Client(settings.kubeconfig)
     holder: list[stepping.Controller] = []
     cache = watching.Cache(client, settings.namespaces, resync_seconds=settings.resync_seconds,
-                           on_change=lambda kind: holder[0].mark_dirty(kind) if holder else None)
+                           on_change=lambda kind: holder[0].mark_dirty(kind) if holder else None,
+                           # a Deployment's pod template has no resolved priority value
+                           priority_classes=bool(settings.priority_class_values))
     elector = None
     if settings.leader_elect and isinstance(client, kube.Client):
         import socket

@@ -182,7 +182,7 @@ class Controller:
         c = self.cache
         return snapshot.build(c.items("nodes"), c.items("pods"), c.items("deployments"),
                               c.items("configmaps"), self.settings, c.assumed(),
-                              self.settings.namespaces)
+                              self.settings.namespaces, c.items("priorityclasses"))
 
     def run_step(self) -> StepResult:
         now = self.clock.now()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from extender import config
@@ -74,6 +76,36 @@ def test_deployment_takes_the_class_its_pod_template_names() -> None:
     d["metadata"]["annotations"]["gpuroster.io/priority"] = "low"  # the annotation wins
     assert ann.service_spec(d, S).priority == 1.0  # type: ignore[union-attr]
 
+
+
+def priority_class(name: str, value: int, default: bool = False) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "value": value, "globalDefault": default}
+
+
+def test_deployment_gets_the_value_of_the_priority_class_its_template_names() -> None:
+    """A pod template carries no resolved spec.priority; with the cluster's PriorityClasses
+    the Deployment gets the class its pods will get (VALUES: high from 1000)."""
+    pcs = {"gold": priority_class("gold", 5000), "tiny": priority_class("tiny", -100)}
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c"})
+    d["spec"]["template"]["spec"]["priorityClassName"] = "gold"
+    assert ann.service_spec(d, VALUES).priority == 2.0  # type: ignore[union-attr]  # unknown
+    assert ann.service_spec(d, VALUES, pcs).priority == 4.0  # type: ignore[union-attr]
+    assert ann.service_spec(d, S, pcs).priority == 2.0  # type: ignore[union-attr]  # by name
+    d["spec"]["template"]["spec"]["priorityClassName"] = "tiny"  # under every threshold
+    assert ann.service_spec(d, VALUES, pcs).priority == 2.0  # type: ignore[union-attr]
+    d["spec"]["template"]["spec"]["priorityClassName"] = "missing"
+    assert ann.service_spec(d, VALUES, pcs).priority == 2.0  # type: ignore[union-attr]
+
+
+def test_a_template_without_a_class_gets_the_global_default() -> None:
+    pcs = {"a": priority_class("a", 2000000, default=True), "b": priority_class("b", 1500, True),
+           "c": priority_class("c", 9)}
+    assert ann.resolved_priority({}, pcs) == 1500  # several defaults: the lowest
+    assert ann.resolved_priority({"priorityClassName": "c"}, pcs) == 9
+    assert ann.resolved_priority({"priority": 7, "priorityClassName": "c"}, pcs) == 7  # a pod's
+    assert ann.resolved_priority({}, {"c": pcs["c"]}) is None
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c"})
+    assert ann.service_spec(d, VALUES, pcs).priority == 4.0  # type: ignore[union-attr]
 
 @pytest.mark.parametrize(("pod", "needle"), [
     (make_pod("p"), "requests no nvidia.com/gpu"),

@@ -671,3 +671,30 @@ def test_verdict_is_the_filter_answer_whenever_it_gives_one() -> None:
         seen[key] = why
     assert seen["ns/ok-0"] is None  # admitted: the answer depends on the node
     assert all(seen[k] for k in ("ns/big-0", "ns/bad", "ns/partial")), seen
+
+
+def test_a_deployment_takes_its_priority_from_the_priority_class_value() -> None:
+    """With priority_class_values set, the cache watches PriorityClasses and a real-time
+    Deployment whose template names one gets the class its value maps to; a class that
+    appears later is picked up at the next round."""
+    fake = FakeKube()
+    fake.add("nodes", node(0))
+    fake.add("configmaps", configmap("d", curve="[1]"))
+    dep = deployment("svc", notes={"gpuroster.io/demand-configmap": "d"})
+    dep["spec"]["template"]["spec"]["priorityClassName"] = "serving"
+    fake.add("deployments", dep)
+    settings = config.Settings(step_seconds=10, epoch=START,
+                               priority_class_values={"critical": 1000000, "high": 1000})
+    cache = watching.Cache(fake, priority_classes=True)
+    ctl = stepping.Controller(settings, fake, cache, clock=clock_mod.FakeClock(START + 10))
+
+    def priority() -> float:
+        for i in cache.all():
+            i.relist()
+        ctl.run_step()
+        return float(ctl.view["services"]["ns/svc"]["priority"])
+
+    assert priority() == 2.0  # no such PriorityClass yet: the default class
+    fake.add("priorityclasses", {"metadata": {"name": "serving"}, "value": 2000000})
+    assert priority() == 8.0  # critical: 1000000 <= 2000000
+    assert watching.Cache(fake).items("priorityclasses") == []  # not watched unless asked

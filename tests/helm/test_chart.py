@@ -308,6 +308,14 @@ def test_default_rbac_is_exactly_what_the_code_uses(default: rendering.Rendered)
     assert default.maybe("Role", f"{FULL}-leader-election") is None
 
 
+def test_priority_class_values_add_read_access_to_priority_classes() -> None:
+    """Only with config.priorityClassValues does gpuroster read PriorityClasses (the
+    value a Deployment's pod template will get)."""
+    r = rendering.template({"config": {"priorityClassValues": {"high": 1000}}}, namespace=NS)
+    assert rules_of(r.one("ClusterRole", f"{CLUSTER}-nodes")) == NODE_GRANTS | {
+        ("scheduling.k8s.io", "priorityclasses", verb, "*") for verb in ("get", "list", "watch")}
+
+
 def test_no_role_grants_wildcards_secrets_or_deletes(default: rendering.Rendered) -> None:
     for role in default.all("ClusterRole") + default.all("Role"):
         for group, resource, verb, _ in rules_of(role):
