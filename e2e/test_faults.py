@@ -489,7 +489,8 @@ def test_a_leader_stopped_gracefully_hands_over_at_once(
     a.start()
     b.stop()
     stopped = time.monotonic()
-    assert b.proc is not None and b.proc.returncode == 0, b.log()
+    # a clean exit: uvicorn re-raises the SIGTERM after its graceful shutdown
+    assert b.proc is not None and b.proc.returncode in (0, -15), b.log()
     assert "released the lease" in b.log(), b.log()
     wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == a.identity, 20,
              "a to take the released Lease")
