@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -172,12 +172,27 @@ class Serve:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
 
 
+class Serves(Protocol):
+    def __call__(self, log: str = "serve.log", *, port: int | None = None,
+                 env: dict[str, str] | None = None, start: bool = True) -> Serve: ...
+
+
 @pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    """Every Serve a test starts, stopped after it (log printed on failure by pytest -rA)."""
-    started: list[Serve] = []
-    yield started
-    for s in started:
+def serve(faulty: Cluster, ns: str, tmp_path: Path) -> Iterator[Serves]:
+    """Makes a Serve on the test's namespace, logging to tmp_path/``log``, started unless
+    told otherwise; every one is stopped after the test."""
+    made: list[Serve] = []
+
+    def make(log: str = "serve.log", *, port: int | None = None,
+             env: dict[str, str] | None = None, start: bool = True) -> Serve:
+        s = Serve(faulty, ns, tmp_path / log, port=port, env=env)
+        made.append(s)
+        if start:
+            s.start()
+        return s
+
+    yield make
+    for s in made:
         s.stop()
 
 
@@ -357,12 +372,9 @@ def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
 
 
 def test_apiserver_down_for_30s_filter_answers_from_cache_and_watches_resume(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     core = faulty.core()
-    ext = Serve(faulty, ns, tmp_path / "serve.log")
-    serves.append(ext)
-    ext.start()
+    ext = serve()
     running = gang(core, ns, "running", 1, 8, runtime="75s", duration="80s")
     pods = wait_for(lambda: bound(core, ns, running), 30, "the running gang")
     on = pods[0].spec.node_name
@@ -435,16 +447,13 @@ def lease_holder(faulty: Cluster, ns: str, name: str) -> str | None:
 
 
 def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     core = faulty.core()
     env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
            "GPUROSTER_LEASE_NAME": "gpuroster"}
     # b starts first and leads; a answers kube-scheduler (the extender port) as a follower
-    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), env=env)
-    a = Serve(faulty, ns, tmp_path / "a.log", env=env)
-    serves.extend([a, b])
-    b.start()
+    b = serve("b.log", port=free_port(), env=env)
+    a = serve("a.log", env=env, start=False)
     wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
     a.start()
     first = gang(core, ns, "first", 2, 4, runtime="6s", duration="6s")
@@ -474,17 +483,14 @@ def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
 
 
 def test_a_leader_stopped_gracefully_hands_over_at_once(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     """SIGTERM (a rolling update, a drain): the leader stops committing, releases the
     Lease, and the follower takes it at its next retry, not after the Lease's 10 s."""
     core = faulty.core()
     env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
            "GPUROSTER_LEASE_NAME": "gpuroster"}
-    b = Serve(faulty, ns, tmp_path / "b.log", port=free_port(), env=env)
-    a = Serve(faulty, ns, tmp_path / "a.log", env=env)
-    serves.extend([a, b])
-    b.start()
+    b = serve("b.log", port=free_port(), env=env)
+    a = serve("a.log", env=env, start=False)
     wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
     a.start()
     b.stop()
@@ -507,12 +513,9 @@ def test_a_leader_stopped_gracefully_hands_over_at_once(
 
 
 def test_scheduler_restart_mid_run_binds_no_pod_twice(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     core = faulty.core()
-    ext = Serve(faulty, ns, tmp_path / "serve.log")
-    serves.append(ext)
-    ext.start()
+    ext = serve()
     names: list[str] = []
     for i in range(4):
         names += gang(core, ns, f"g{i}", 4, 1, runtime="3s", duration="4s")
@@ -551,13 +554,10 @@ def test_scheduler_restart_mid_run_binds_no_pod_twice(
 
 
 def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_moves(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     core = faulty.core()
-    ext = Serve(faulty, ns, tmp_path / "serve.log")
-    serves.append(ext)
     spare = faulty.add_node()  # room for a gang created after the loss
-    ext.start()
+    ext = serve()
     victim = gang(core, ns, "victim", 1, 8, runtime="120s", duration="120s")
     other = gang(core, ns, "other", 2, 4, runtime="120s", duration="120s")
     wait_for(lambda: bound(core, ns, victim + other), 30, "both gangs")
@@ -603,12 +603,9 @@ def _ts(text: str) -> float:
 
 
 def test_a_gang_whose_node_goes_before_it_binds_is_admitted_again_and_binds_elsewhere(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     core = faulty.core()
-    ext = Serve(faulty, ns, tmp_path / "serve.log")
-    serves.append(ext)
-    ext.start()
+    serve()
     faulty.stop_process("kube-scheduler", hard=True)  # admitted, but nobody binds it
     try:
         names = gang(core, ns, "orphan", 2, 4, runtime="30s", duration="30s")
@@ -678,8 +675,7 @@ def test_a_watch_older_than_the_restarted_api_server_gets_410_and_the_informer_r
 
 
 def test_a_service_on_a_node_gone_not_ready_keeps_its_replica_count(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], tmp_path: Path,
-        serves: list[Serve]) -> None:
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
     """The GPUs of a NotReady node leave the plan at once. A service's replicas there are
     lost to it, not given up: its count must hold (before, the plan dropped them as swaps
     and, with max_swap 1, scaled the Deployment 2 -> 0), and the plan holds GPUs for it on
@@ -689,9 +685,7 @@ def test_a_service_on_a_node_gone_not_ready_keeps_its_replica_count(
 
     core = faulty.core()
     apps = client.AppsV1Api(faulty.api())
-    ext = Serve(faulty, ns, tmp_path / "serve.log")
-    serves.append(ext)
-    ext.start()
+    ext = serve()
     core.create_namespaced_config_map(ns, {"metadata": {"name": "chat-demand"},
                                            "data": {"curve": "[2]"}})
     apps.create_namespaced_deployment(ns, objects.inference_deployment("chat", {
