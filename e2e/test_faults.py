@@ -446,16 +446,22 @@ def lease_holder(faulty: Cluster, ns: str, name: str) -> str | None:
     return str(spec.holder_identity or "") or None
 
 
-def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
-        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
-    core = faulty.core()
+def leader_and_follower(faulty: Cluster, ns: str, serve: Serves) -> tuple[Serve, Serve]:
+    """Two replicas on the Lease `gpuroster`: b starts first and leads; a then answers
+    kube-scheduler (the extender port) as a follower. Returns (b, a)."""
     env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
            "GPUROSTER_LEASE_NAME": "gpuroster"}
-    # b starts first and leads; a answers kube-scheduler (the extender port) as a follower
     b = serve("b.log", port=free_port(), env=env)
     a = serve("a.log", env=env, start=False)
     wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
     a.start()
+    return b, a
+
+
+def test_two_replicas_only_the_leader_commits_and_a_killed_leader_hands_over(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
+    core = faulty.core()
+    b, a = leader_and_follower(faulty, ns, serve)
     first = gang(core, ns, "first", 2, 4, runtime="6s", duration="6s")
     pods = wait_for(lambda: bound(core, ns, first), 40, "the first gang (via the follower)")
     assert "admitted gang" in b.log() and "admitted gang" not in a.log(), "the follower committed"
@@ -487,12 +493,7 @@ def test_a_leader_stopped_gracefully_hands_over_at_once(
     """SIGTERM (a rolling update, a drain): the leader stops committing, releases the
     Lease, and the follower takes it at its next retry, not after the Lease's 10 s."""
     core = faulty.core()
-    env = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": ns,
-           "GPUROSTER_LEASE_NAME": "gpuroster"}
-    b = serve("b.log", port=free_port(), env=env)
-    a = serve("a.log", env=env, start=False)
-    wait_for(lambda: lease_holder(faulty, ns, "gpuroster") == b.identity, 20, "b to lead")
-    a.start()
+    b, a = leader_and_follower(faulty, ns, serve)
     b.stop()
     stopped = time.monotonic()
     # a clean exit: uvicorn re-raises the SIGTERM after its graceful shutdown
