@@ -225,6 +225,52 @@ def test_later_higher_priority_gang_starts_first_and_the_lower_one_still_runs(
     assert "planned start" in msgs or "waiting" in msgs
 
 
+def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
+        core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
+    from kubernetes import client
+
+    # A real Job: an Indexed 16-GPU gang of two 8-GPU pods that may retry once.
+    notes = {"gpuroster.io/gang": "retry", "gpuroster.io/gang-size": "2",
+             "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
+    template = objects.pod("retry", gpus=8, annotations=notes)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "retry"},
+           "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                    "backoffLimit": 1,
+                    "template": {"metadata": {"annotations": notes},
+                                 "spec": template["spec"]}}}
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, job)
+
+    def job_pods() -> list[Any]:
+        return list(core.list_namespaced_pod(namespace, label_selector="job-name=retry").items)
+
+    first = wait_for(lambda: [p for p in job_pods() if p.spec.node_name] if len(
+        [p for p in job_pods() if p.spec.node_name]) == 2 else None, 30, "the gang to bind")
+    failing, other = sorted(first, key=lambda p: p.metadata.name)
+    block = failing.metadata.annotations[BLOCK]
+    # The pod fails (the test plays its kubelet); the Job controller makes a new one.
+    core.patch_namespaced_pod_status(failing.metadata.name, namespace, {"status": {
+        "phase": "Failed", "reason": "Error", "message": "the test failed it"}})
+    t0 = time.monotonic()
+
+    def replacement() -> Any:
+        new = [p for p in job_pods() if p.metadata.name not in
+               (failing.metadata.name, other.metadata.name)]
+        return new[0] if new and new[0].spec.node_name else None
+
+    new = wait_for(replacement, 60, "the replacement to bind")
+    took = time.monotonic() - t0
+    notes_now = new.metadata.annotations
+    assert notes_now[BLOCK] == block
+    assert notes_now[ADMITTED_AT] == failing.metadata.annotations[ADMITTED_AT]
+    assert new.spec.node_name == failing.spec.node_name == notes_now[NODE]
+    still = core.read_namespaced_pod(other.metadata.name, namespace)
+    assert still.status.phase == "Running" and still.spec.node_name == other.spec.node_name
+    msgs = " ".join(e.message or "" for e in events_for(core, namespace, new.metadata.name))
+    assert "replaces an ended pod of gang" in msgs, msgs
+    print(f"[e2e] replacement of a failed gang pod bound to its node {took:.1f}s after "
+          "the failure (the Job controller's retry delay included)")
+
+
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client

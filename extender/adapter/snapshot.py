@@ -55,9 +55,13 @@ class Gang:
     admission: Admission | None = None
     error: str | None = None  # bad annotations: never planned
     waiting_for: str | None = None  # incomplete gang: not planned yet
-    # Admitted to a node that went before any of its pods bound: queued again, and its
-    # next admission overwrites the old one. Says which node went.
+    # Admitted to a node that went before any of its pods bound, or every admitted pod
+    # ended and new ones came (a Job retrying): queued again, and its next admission
+    # overwrites the old one. Says why.
     requeued: str | None = None
+    # Pods that replace ended members of a running gang (a Job retrying a failed pod):
+    # pod key -> the node of the gang's block where an ended member left room for it.
+    refill: dict[str, str] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -267,6 +271,61 @@ def _fallback_gang(pod: Obj) -> str:
     return f"{m.get('namespace', '')}/{a.get(ann.GANG) or m.get('name', '')}"
 
 
+def _refill(gang: Gang, running: list[Obj], late: list[Obj],
+            works: Mapping[str, ann.PodWork | ann.AnnotationError], cluster: model.Cluster,
+            nodes: list[str]) -> None:
+    """Pods that came after their gang was admitted take the places of ended members.
+
+    A Job replaces a failed pod with a new one; the gang still runs and holds its
+    block, so the newcomer goes where the ended member was: to a node of the block
+    with that many GPUs not held by the gang's running pods. Sets `gang.refill`,
+    or `gang.error` (saying why the newcomers wait) when they do not fit.
+    """
+    assert gang.admission is not None
+    keys = ", ".join(ann.key(p) for p in late)
+    if gang.work is None:  # the running pods' annotations no longer parse
+        gang.error = f"gang {gang.name} was already admitted; pods {keys} came late"
+        return
+    for p in late:
+        w = works.get(ann.key(p))
+        if isinstance(w, ann.AnnotationError):
+            gang.error = str(w)
+            return
+        for attr in ("gang_size", "workload", "priority", "duration_seconds"):
+            if w is None or getattr(w, attr) != getattr(gang.work, attr):
+                gang.error = (f"pod {ann.key(p)} of admitted gang {gang.name} disagrees with "
+                              f"its running pods on {attr.replace('_', ' ')}")
+                return
+    size = gang.work.gang_size
+    if len(running) + len(late) > size:
+        gang.error = (f"gang {gang.name} was already admitted and {len(running)} of its "
+                      f"{size} pods still run; pods {keys} came late and wait for one to end")
+        return
+    g = cluster.gpus_per_node
+    block = gang.admission.block
+    free: dict[str, int] = {}
+    for i in range(block.start // g, (block.end - 1) // g + 1):
+        if i < len(nodes):
+            lo, hi = max(block.start, i * g), min(block.end, (i + 1) * g)
+            free[nodes[i]] = hi - lo
+    for p in running:
+        n = gang.admission.nodes.get(ann.key(p))
+        if n in free:
+            free[n] -= ann.pod_gpus(p.get("spec") or {})
+    refill: dict[str, str] = {}
+    for p in sorted(late, key=lambda p: (-ann.pod_gpus(p.get("spec") or {}), ann.key(p))):
+        need = ann.pod_gpus(p.get("spec") or {})
+        room = [n for n, f in free.items() if f >= need]
+        if not room:
+            gang.error = (f"gang {gang.name} was already admitted; pods {keys} came late and "
+                          "its block has no room left for them")
+            return
+        n = min(room, key=lambda n: free[n])  # the fullest node that fits
+        free[n] -= need
+        refill[ann.key(p)] = n
+    gang.refill = refill
+
+
 def _last_created(pods: list[Obj]) -> float:
     """When a gang arrived: its last pod's creation time (0.0 if none carries one)."""
     created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
@@ -278,10 +337,16 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
           settings: config.Settings) -> Gang | None:
     admitted = [p for p in members if ann.BLOCK in ann.annotations_of(p)]
     gang = Gang(name=name, pods=members)
-    if admitted:
-        if not any(pod_live(p) for p in admitted):
+    running = [p for p in admitted if pod_live(p)]
+    if admitted and not running:
+        if not any(pod_live(p) for p in members):
             return None  # finished: its block is free
-        a = ann.annotations_of(admitted[0])
+        # Every admitted pod ended and new ones came (a Job retrying after its pods
+        # failed): they are a new gang, planned and admitted whole.
+        gang.requeued = "its admitted pods ended; the pods that replace them are queued again"
+        admitted = []
+    if admitted:
+        a = ann.annotations_of(running[0])
         t = parse_time(a.get(ann.ADMITTED_AT)) or 0.0
         try:
             block = ann.parse_block(a[ann.BLOCK], index, cluster.gpus_per_node)
@@ -311,10 +376,10 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
         # Kept for admitted gangs too: a later round in the step re-plans the step's
         # admissions as the queue they came from.
         gang.arrival = _last_created(members)
-        gang.pods = admitted
-        late = [ann.key(p) for p in members if ann.BLOCK not in ann.annotations_of(p)]
+        late = [p for p in members if ann.BLOCK not in ann.annotations_of(p)]
+        gang.pods = admitted + late
         if late:
-            gang.error = f"gang {name} was already admitted; pods {', '.join(late)} came late"
+            _refill(gang, running, late, works, cluster, nodes)
         return gang
     live = [p for p in members if pod_live(p)]
     if not live:

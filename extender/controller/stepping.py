@@ -200,11 +200,12 @@ class Controller:
         # Every replica plans and answers the scheduler; only the leader commits.
         leading = self.leader()
         admitted, failed = self._admit(snap, plan, step, now) if leading else ({}, {})
+        refused = self._refill(snap, now) if leading else {}
         sets = {s: g for s, g in plan.service_gpus.items()}
         self._sets[step] = sets
         for old in [k for k in self._sets if k < step - 2]:
             del self._sets[old]
-        self._publish(snap, plan, step, admitted, failed, problems)
+        self._publish(snap, plan, step, admitted, failed, problems, refused)
         scaled: dict[str, int] = {}
         if leading:
             scaled = self._scale(snap, plan, step, inp)
@@ -495,6 +496,41 @@ class Controller:
             log.info("admitted gang %s on %s at step %d", name, label, step)
         return admitted, failed
 
+    def _refill(self, snap: snapshot.Snapshot, now: float) -> dict[str, str]:
+        """Admit the pods that replace ended members of running gangs, in their places.
+
+        Returns pod key -> why its admission write failed (tried again next round).
+        """
+        failed: dict[str, str] = {}
+        for name, gang in sorted(snap.gangs.items()):
+            adm = gang.admission
+            if adm is None or not gang.refill:
+                continue
+            label = adm.block.label(snap.cluster, snap.nodes)
+            for pod in gang.pods:
+                k = ann.key(pod)
+                node = gang.refill.get(k)
+                if node is None or k in adm.nodes:
+                    continue
+                m = pod.get("metadata") or {}
+                gates = (pod.get("spec") or {}).get("schedulingGates")
+                try:
+                    new = self.client.patch_pod(
+                        str(m.get("namespace")), str(m.get("name")),
+                        objects.admission_patch(label, adm.admitted_at, node, gates))
+                except kube.ApiError as e:
+                    failed[k] = f"admission write failed on {k}: {e}"
+                    log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
+                    continue
+                if isinstance(new, dict) and new.get("metadata"):
+                    self.cache.put("pods", new)
+                adm.nodes[k] = node
+                metrics.GANG_ADMISSIONS.labels(outcome="replaced").inc()
+                self._tell(pod, "Admitted", f"replaces an ended pod of gang {name}: block "
+                           f"{label}, node {node}", now, True, False)
+                log.info("pod %s replaces an ended pod of gang %s on %s", k, name, node)
+        return failed
+
     def _priority_label(self, p: float) -> str:
         for k, v in self.settings.priority_classes.items():
             if float(v) == p:
@@ -655,17 +691,21 @@ class Controller:
 
     def _publish(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
                  admitted: Mapping[str, snapshot.Admission], failed: Mapping[str, str],
-                 problems: Mapping[str, str]) -> None:
+                 problems: Mapping[str, str], refused: Mapping[str, str]) -> None:
         assigned: dict[str, str] = {}
         waiting: dict[str, str] = {}
         for name, g in snap.gangs.items():
             adm = g.admission or admitted.get(name)
             if adm is not None:
                 assigned.update(adm.nodes)
-                if g.error:  # late pods of an admitted gang
-                    for p in g.pods:
-                        if ann.key(p) not in adm.nodes:
-                            waiting[ann.key(p)] = g.error
+                for k in g.pod_keys():  # late pods of an admitted gang
+                    if k in adm.nodes:
+                        continue
+                    node = g.refill.get(k)
+                    waiting[k] = g.error or (
+                        f"waiting: replaces an ended pod of gang {name} on {node}; "
+                        + (f"{refused[k]}; retrying next step" if k in refused
+                           else "the leader admits it"))
                 continue
             waiting.update({k: self._reason(snap, plan, g, failed) for k in g.pod_keys()})
         g_per = snap.cluster.gpus_per_node

@@ -72,6 +72,77 @@ def test_finished_gang_frees_its_block() -> None:
     assert build([node(0)], pods).gangs == {}
 
 
+ADMITTED = {ann.ADMITTED_AT: "2023-11-14T22:13:20Z"}
+
+
+def member(name: str, gpus: int, size: int, block: str, node: str, phase: str = "Running",
+           **kw: str) -> dict[str, Any]:
+    b = make_pod(name).gpus(gpus).gang("g", size)
+    if kw:
+        b.annotate(**kw)
+    return b.annotate(**{ann.BLOCK: block, ann.NODE: node}, **ADMITTED).on(node, phase).build()
+
+
+def test_a_pod_replacing_an_ended_member_takes_its_place_in_the_block() -> None:
+    # A 16-GPU gang of two 8-GPU pods on nodes 1 and 2; the pod on node 2 failed and the
+    # Job made a new one: it goes to node 2, where the failed pod left 8 GPUs of the block.
+    pods = [member("g-0", 8, 2, "gpu-node-1..gpu-node-2", "gpu-node-1"),
+            member("g-1", 8, 2, "gpu-node-1..gpu-node-2", "gpu-node-2", "Failed"),
+            make_pod("g-1-retry").gpus(8).gang("g", 2).build()]
+    g = build([node(i) for i in range(3)], pods).gangs["ns/g"]
+    assert g.error is None and g.admission is not None
+    assert g.admission.block == model.Block(8, 16)
+    assert g.refill == {"ns/g-1-retry": "gpu-node-2"}
+    assert "ns/g-1-retry" in g.pod_keys()
+
+
+def test_replacements_fill_the_nodes_their_gang_left_room_on() -> None:
+    # 4 x 2 GPUs in gpu-node-0:0-7, two of them ended: the two new pods go there too.
+    block = "gpu-node-0:0-7"
+    pods = [member(f"g-{i}", 2, 4, block, "gpu-node-0", "Failed" if i < 2 else "Running")
+            for i in range(4)]
+    pods += [make_pod(f"g-{i}-retry").gpus(2).gang("g", 4).build() for i in range(2)]
+    g = build([node(0), node(1)], pods).gangs["ns/g"]
+    assert g.error is None
+    assert g.refill == {"ns/g-0-retry": "gpu-node-0", "ns/g-1-retry": "gpu-node-0"}
+
+
+@pytest.mark.parametrize(("late", "needle"), [
+    (make_pod("g-2").gpus(2).gang("g", 2), "2 of its 2 pods still run"),
+    (make_pod("g-2").gpus(2).gang("g", 2).priority("critical"), "disagrees with its running"),
+    (make_pod("g-2").gpus(2).gang("g", 2).priority("!"), "neither a positive number"),
+], ids=["no-member-ended", "disagrees", "bad-annotation"])
+def test_a_late_pod_that_replaces_nobody_waits_and_says_why(late: Any, needle: str) -> None:
+    block = "gpu-node-0:0-3"
+    pods = [member(f"g-{i}", 2, 2, block, "gpu-node-0") for i in range(2)] + [late.build()]
+    g = build([node(0)], pods).gangs["ns/g"]
+    assert g.error is not None and needle in g.error, g.error
+    assert g.refill == {} and g.admission is not None  # the running pods keep their block
+
+
+def test_a_late_pod_wider_than_the_room_an_ended_member_left_waits() -> None:
+    block = "gpu-node-0:0-3"
+    pods = [member("g-0", 2, 2, block, "gpu-node-0"),
+            member("g-1", 2, 2, block, "gpu-node-0", "Failed"),
+            make_pod("g-2").gpus(4).gang("g", 2).build()]
+    g = build([node(0)], pods).gangs["ns/g"]
+    assert g.error is not None and "no room left" in g.error
+    assert g.refill == {}
+
+
+def test_a_gang_whose_admitted_pods_all_ended_is_queued_again_with_their_replacements() -> None:
+    block = "gpu-node-0:0-3"
+    pods = [member(f"g-{i}", 2, 2, block, "gpu-node-0", "Failed") for i in range(2)]
+    pods += [make_pod(f"g-{i}-retry").gpus(2).gang("g", 2).build() for i in range(2)]
+    g = build([node(0)], pods).gangs["ns/g"]
+    assert g.admission is None and g.error is None and g.waiting_for is None
+    assert g.requeued is not None and "queued again" in g.requeued
+    assert g.pod_keys() == ["ns/g-0-retry", "ns/g-1-retry"] and g.gpus == 4
+    # One replacement so far: a new gang that waits for the rest.
+    g = build([node(0)], pods[:3]).gangs["ns/g"]
+    assert g.admission is None and g.waiting_for is not None and "1 of 2" in g.waiting_for
+
+
 def test_pods_bound_outside_the_plan_hold_gpus() -> None:
     pods = [make_pod("other").gpus(3).on("gpu-node-1").build()]
     s = build([node(0), node(1)], pods)

@@ -174,6 +174,57 @@ def test_failed_write_undoes_the_whole_gang() -> None:
     assert rig.advance().admitted == ["ns/g"]
 
 
+def end(rig: Rig, key: str, phase: str = "Failed") -> None:
+    pod = rig.fake.pod(key)
+    pod["spec"]["nodeName"] = rig.notes(key)[ann.NODE]
+    pod["status"]["phase"] = phase
+    rig.fake.add("pods", pod)
+
+
+def test_a_jobs_replacement_for_a_failed_member_runs_in_its_place() -> None:
+    rig = Rig(nodes=3)
+    keys = gang(rig.fake, "g", 2, 8, d="600s")  # 16 GPUs: two whole nodes
+    assert rig.step().admitted == ["ns/g"]
+    end(rig, keys[0])
+    end(rig, keys[1], "Running")
+    n = rig.notes(keys[0])[ann.NODE]
+    rig.fake.add("pods", make_pod("g-0-retry").gpus(8).gang("g", 2).duration("600s")
+                 .gated(ann.PREFIX + "admission").build())
+    rig.fake.fail_patch.add("ns/g-0-retry")  # the first write fails: it waits and says why
+    rig.advance()
+    assert ann.BLOCK not in rig.notes("ns/g-0-retry")
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), [n])
+    assert "replaces an ended pod of gang ns/g" in failed[n] and "retrying" in failed[n]
+    rig.fake.fail_patch.clear()
+    r = rig.advance()
+    assert r.admitted == []  # not a new admission: the gang's block is unchanged
+    notes = rig.notes("ns/g-0-retry")
+    assert notes[ann.BLOCK] == rig.notes(keys[1])[ann.BLOCK]
+    assert notes[ann.ADMITTED_AT] == rig.notes(keys[1])[ann.ADMITTED_AT]
+    assert notes[ann.NODE] == n
+    assert rig.fake.pod("ns/g-0-retry")["spec"].get("schedulingGates") is None
+    nodes = ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
+    assert rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), nodes)[0] == [n]
+    assert any(e["involvedObject"]["name"] == "g-0-retry" and "replaces" in e["message"]
+               for e in rig.fake.events)
+
+
+def test_a_gang_whose_pods_all_failed_is_admitted_again_whole_when_replaced() -> None:
+    rig = Rig(nodes=1)
+    keys = gang(rig.fake, "g", 2, 4, d="600s")
+    assert rig.step().admitted == ["ns/g"]
+    for k in keys:
+        end(rig, k)
+    rig.fake.add("pods", make_pod("g-0-retry").gpus(4).gang("g", 2).duration("600s").build())
+    assert rig.advance().admitted == []  # one of two: the new gang waits for the other
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), ["gpu-node-0"])
+    assert "1 of 2 pods" in failed["gpu-node-0"]
+    rig.fake.add("pods", make_pod("g-1-retry").gpus(4).gang("g", 2).duration("600s").build())
+    assert rig.advance().admitted == ["ns/g"]
+    new = {rig.notes(f"ns/g-{i}-retry")[ann.ADMITTED_AT] for i in range(2)}
+    assert len(new) == 1 and new != {rig.notes(keys[0])[ann.ADMITTED_AT]}
+
+
 def test_restart_rebuilds_from_annotations_and_never_readmits() -> None:
     rig = Rig()
     keys = gang(rig.fake, "g", 4, 2)
