@@ -596,6 +596,34 @@ def test_node_not_ready_then_deleted_under_a_gang_is_reported_and_nothing_else_m
     assert ext.status("/healthz") == 200
 
 
+def test_a_multi_node_gang_that_loses_a_node_keeps_the_gpus_its_other_pod_holds(
+        faulty: Cluster, ns: str, gpu_nodes: list[str], serve: Serves) -> None:
+    """A 16-GPU gang on two nodes loses one: it is out of the plan, but its pod on the
+    other node still runs, so a new 8-GPU gang goes to the third node, not onto it."""
+    core = faulty.core()
+    third = faulty.add_node()
+    serve()
+    wide = gang(core, ns, "wide", 2, 8, runtime="300s", duration="300s")
+    pods = wait_for(lambda: bound(core, ns, wide), 30, "the 16-GPU gang")
+    used = sorted(p.spec.node_name for p in pods)
+    spare = next(n for n in gpu_nodes + [third] if n not in used)
+    survivor, gone = pods[0], pods[1]
+    faulty.remove_node(gone.spec.node_name)
+
+    def reported() -> list[str]:
+        return [e.message for e in core.list_namespaced_event(ns).items
+                if e.involved_object.name in wide and e.reason == "NodeLost"]
+
+    wait_for(reported, 20, "a NodeLost Event once the node is gone")
+    late = gang(core, ns, "late", 1, 8, runtime="5s", duration="5s")
+    got = wait_for(lambda: bound(core, ns, late), 30, "a new 8-GPU gang")
+    print(f"[faults] {gone.spec.node_name} deleted under a 16-GPU gang: the new 8-GPU gang went "
+          f"to {got[0].spec.node_name}; {survivor.spec.node_name} kept for the gang's other pod")
+    assert got[0].spec.node_name == spare
+    still = core.read_namespaced_pod(survivor.metadata.name, ns)
+    assert still.spec.node_name == survivor.spec.node_name and still.status.phase == "Running"
+
+
 def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 

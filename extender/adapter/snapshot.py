@@ -256,8 +256,16 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     for name, members in gang_pods.items():
         members.sort(key=ann.key)
         gang = _gang(name, members, works, cluster, names, index, settings)
-        if gang is not None:
-            gangs[name] = gang
+        if gang is None:
+            continue
+        gangs[name] = gang
+        if gang.admission is None:
+            # Out of the plan (its block names a node that is gone, say), yet some of
+            # its pods run on nodes that are there: the GPUs they hold are nobody's to plan.
+            for p in members:
+                node = (p.get("spec") or {}).get("nodeName")
+                if node in index and pod_live(p):
+                    foreign[node] = foreign.get(node, 0) + ann.pod_gpus(p.get("spec") or {})
     gangs.update(broken)
     return Snapshot(cluster=cluster, nodes=names, node_index=index, gangs=gangs,
                     services=services, service_errors=service_errors, pod_service=pod_service,

@@ -143,6 +143,20 @@ def test_a_gang_whose_admitted_pods_all_ended_is_queued_again_with_their_replace
     assert g.admission is None and g.waiting_for is not None and "1 of 2" in g.waiting_for
 
 
+def test_a_gang_on_a_node_that_went_keeps_the_gpus_its_other_pods_hold() -> None:
+    # A 16-GPU gang on nodes 1 and 2; node 2 is deleted. The gang is out of the plan,
+    # but its pod on node 1 still runs there: those 8 GPUs are not free to plan.
+    block = "gpu-node-1..gpu-node-2"
+    pods = [member("g-0", 8, 2, block, "gpu-node-1"), member("g-1", 8, 2, block, "gpu-node-2")]
+    s = build([node(0), node(1)], pods)
+    g = s.gangs["ns/g"]
+    assert g.admission is None and g.error is not None
+    assert g.error.startswith(snapshot.NODE_LOST) and "gpu-node-2" in g.error
+    assert s.foreign == {"gpu-node-1": 8}
+    pods[0]["status"]["phase"] = "Failed"  # once it ends, they are free again
+    assert build([node(0), node(1)], pods).foreign == {}
+
+
 def test_pods_bound_outside_the_plan_hold_gpus() -> None:
     pods = [make_pod("other").gpus(3).on("gpu-node-1").build()]
     s = build([node(0), node(1)], pods)
