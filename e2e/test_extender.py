@@ -271,6 +271,37 @@ def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
           "the failure (the Job controller's retry delay included)")
 
 
+def test_a_gang_lands_on_the_node_its_node_selector_names(
+        core: Any, namespace: str, nodes: list[str], extender: Extender) -> None:
+    # The last node in topology order gets a label; the plan would otherwise put a
+    # 4-GPU gang on the lowest free node, which kube-scheduler then refuses.
+    target = max(nodes, key=lambda n: node_order(core, n))
+    key = "gpuroster-e2e/gpu"
+    core.patch_node(target, {"metadata": {"labels": {key: "h100"}}})
+    try:
+        notes = {"gpuroster.io/gang": "picky", "gpuroster.io/gang-size": "1",
+                 "gpuroster.io/expected-duration": "60s"}
+        body = objects.pod("picky-0", gpus=4, runtime="60s", annotations=notes)
+        body["spec"]["nodeSelector"] = {key: "h100"}
+        core.create_namespaced_pod(namespace, body)
+        nowhere = objects.pod("nowhere-0", gpus=4, runtime="60s", annotations={
+            **notes, "gpuroster.io/gang": "nowhere"})
+        nowhere["spec"]["nodeSelector"] = {key: "b200"}
+        core.create_namespaced_pod(namespace, nowhere)
+        (pod,) = wait_for(lambda: all_bound(core, namespace, ["picky-0"]), 30,
+                          "the gang with a nodeSelector to bind")
+        assert pod.spec.node_name == target == pod.metadata.annotations[NODE]
+
+        def told() -> bool:
+            return any("no GPU node fits" in (e.message or "")
+                       for e in events_for(core, namespace, "nowhere-0"))
+
+        wait_for(told, 20, "gpuroster's Event saying why the unplaceable gang waits")
+        assert not core.read_namespaced_pod("nowhere-0", namespace).spec.node_name
+    finally:
+        core.patch_node(target, {"metadata": {"labels": {key: None}}})
+
+
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client

@@ -17,6 +17,7 @@ from typing import Any
 
 from extender import config
 from extender.adapter import annotations as ann
+from extender.adapter import nodefit
 from extender.planner import model
 
 Obj = dict[str, Any]
@@ -62,6 +63,9 @@ class Gang:
     # Pods that replace ended members of a running gang (a Job retrying a failed pod):
     # pod key -> the node of the gang's block where an ended member left room for it.
     refill: dict[str, str] = field(default_factory=dict)
+    # The nodes (indices) every pod of a queued gang may run on, by their node selector,
+    # affinity and tolerations; None: all of them.
+    nodes: frozenset[int] | None = None
 
     @property
     def namespace(self) -> str:
@@ -253,9 +257,13 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         gang_pods.setdefault(gname, []).append(p)
 
     gangs: dict[str, Gang] = {}
+    fitting: dict[str, frozenset[int]] = {}  # pods' node constraints -> nodes that pass
     for name, members in gang_pods.items():
         members.sort(key=ann.key)
         gang = _gang(name, members, works, cluster, names, index, settings)
+        if gang is not None and gang.admission is None and not gang.error \
+                and not gang.waiting_for:
+            _limit_nodes(gang, gpu_nodes, names, cluster, fitting)
         if gang is None:
             continue
         gangs[name] = gang
@@ -332,6 +340,39 @@ def _refill(gang: Gang, running: list[Obj], late: list[Obj],
         free[n] -= need
         refill[ann.key(p)] = n
     gang.refill = refill
+
+
+def _limit_nodes(gang: Gang, gpu_nodes: list[Obj], names: list[str], cluster: model.Cluster,
+                 fitting: dict[str, frozenset[int]]) -> None:
+    """Set `gang.nodes` to the nodes all its pods may run on, or say why it cannot run.
+
+    Pods of one template share their constraints: each distinct set is checked against
+    the nodes once per snapshot (`fitting`), which keeps this flat at thousands of pods.
+    """
+    allowed: frozenset[int] | None = None
+    for p in gang.pods:
+        spec = p.get("spec") or {}
+        # repr, not a canonical form: pods made from one template list their fields alike.
+        key = repr((spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")))
+        ok = fitting.get(key)
+        if ok is None:
+            ok = fitting[key] = frozenset(
+                i for i, n in enumerate(gpu_nodes) if nodefit.fits(spec, n))
+        allowed = ok if allowed is None else allowed & ok
+    if allowed is None or len(allowed) == len(gpu_nodes):
+        return
+    why = "their nodeSelector, node affinity and tolerations"
+    if not allowed:
+        gang.waiting_for = f"waiting: no GPU node fits the pods of gang {gang.name} ({why})"
+        return
+    g = cluster.gpus_per_node
+    need = max(1, gang.gpus // g) if gang.gpus > g else 1
+    if not any(all(i + k in allowed for k in range(need)) for i in allowed):
+        may = ", ".join(names[i] for i in sorted(allowed))
+        gang.waiting_for = (f"waiting: gang {gang.name} needs {need} consecutive nodes its pods "
+                            f"may use ({why}); they may use {may}")
+        return
+    gang.nodes = allowed
 
 
 def _last_created(pods: list[Obj]) -> float:

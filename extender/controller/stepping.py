@@ -280,7 +280,7 @@ class Controller:
                                                 wtype))
             elif g.error is None and g.waiting_for is None and w is not None:
                 arrival = min(step, math.floor((g.arrival - self.epoch) / s.step_seconds + 1e-9))
-                queued.append(model.QueuedJob(g.name, g.gpus, est, arrival, prio, wtype))
+                queued.append(model.QueuedJob(g.name, g.gpus, est, arrival, prio, wtype, g.nodes))
         services: list[model.ServiceState] = []
         prev = self._previous_sets(step)
         taken = held

@@ -315,13 +315,15 @@ class Gpuroster:
             final = phase == len(passes) - 1
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
-            failed: list[tuple[int, int]] = []
+            # (A job that may use only some nodes rules out the later ones limited to those.)
+            failed: list[tuple[int, int, int]] = []
             for q in jobs:
                 if fill_now and q.name in done:
                     continue
                 d = min(q.estimate_steps, W)
                 size = q.gpus
-                if any(size >= fs and d >= fd for fs, fd in failed):
+                allow = full if q.nodes is None else q.allowed(c)
+                if any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed):
                     if final:
                         left -= reach[q.name]
                         if cand.score + left < bar:
@@ -339,7 +341,7 @@ class Gpuroster:
                             t -= 1
                         k = t + 1
                         continue
-                    free = full & ~reduce(or_, occ[k:end], 0)
+                    free = allow & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
                     starts = blocks.start_positions(free, size, c)
                     if not starts:
@@ -377,8 +379,9 @@ class Gpuroster:
                     placed = True
                     break
                 if not placed:
-                    failed = [(fs, fd) for fs, fd in failed if not (fs >= size and fd >= d)]
-                    failed.append((size, d))
+                    failed = [(fs, fd, fa) for fs, fd, fa in failed
+                              if not (fs >= size and fd >= d and not fa & ~allow)]
+                    failed.append((size, d, allow))
                 if placed or final:
                     left -= reach[q.name]
                     if cand.score + left < bar:

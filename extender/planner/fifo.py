@@ -44,7 +44,7 @@ class Fifo:
             free &= ~r.block.mask
         queue = sorted(inp.queued, key=lambda q: q.arrival_step)  # stable: file order on ties
         for q in queue:
-            b = blocks.lowest(free, q.gpus, c)
+            b = blocks.lowest(free & q.allowed(c), q.gpus, c)
             if b is None:
                 plan.reasons[q.name] = (
                     "waiting behind the head of the fifo queue"

@@ -8,6 +8,7 @@ The simulator and the Kubernetes adapter both speak these types.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 BATCH_TYPES: tuple[str, ...] = ("training", "batch-inference", "quantization")
@@ -130,6 +131,21 @@ class QueuedJob:
     arrival_step: int
     priority: float
     type: str = "training"
+    # The nodes (indices in topology order) its pods may run on, as their node selector,
+    # affinity and tolerations say; None: any node.
+    nodes: frozenset[int] | None = None
+
+    def allowed(self, cluster: Cluster) -> int:
+        """Mask of the GPUs a block of this job may use."""
+        if self.nodes is None:
+            return (1 << cluster.gpus) - 1
+        return _node_mask(self.nodes, cluster.gpus_per_node)
+
+
+@functools.lru_cache(maxsize=1024)
+def _node_mask(nodes: frozenset[int], per_node: int) -> int:
+    full = (1 << per_node) - 1
+    return sum(full << (i * per_node) for i in nodes)
 
 
 @dataclass(frozen=True, slots=True)

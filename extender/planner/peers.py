@@ -46,7 +46,7 @@ class PrioritySkip:
             plan.service_gpus[v.name] = gpus
             free &= ~blocks.mask_of(gpus)
         for q in _priority_order(inp.queued):
-            b = blocks.lowest(free, q.gpus, c)
+            b = blocks.lowest(free & q.allowed(c), q.gpus, c)
             if b is None:
                 plan.reasons[q.name] = "no free block of this size now"
                 continue
@@ -76,7 +76,7 @@ class PriorityEasy:
         shadow = 0
         for q in order:
             if head_block is None:
-                b = blocks.lowest(free, q.gpus, c)
+                b = blocks.lowest(free & q.allowed(c), q.gpus, c)
                 if b is not None:
                     plan.starts[q.name] = b
                     free &= ~b.mask
@@ -86,7 +86,7 @@ class PriorityEasy:
                 future = free
                 for end, mask in sorted(ends):
                     future |= mask & base
-                    hb = blocks.lowest(future, q.gpus, c)
+                    hb = blocks.lowest(future & q.allowed(c), q.gpus, c)
                     if hb is not None:
                         head_block, shadow = hb, end
                         break
@@ -110,6 +110,7 @@ class PriorityEasy:
 def _backfill_block(
     free: int, q: model.QueuedJob, now: int, shadow: int, head: model.Block, c: model.Cluster
 ) -> model.Block | None:
+    free &= q.allowed(c)
     if now + q.estimate_steps <= shadow:
         return blocks.lowest(free, q.gpus, c)
     return blocks.lowest(free & ~head.mask, q.gpus, c)

@@ -101,6 +101,8 @@ def check_step(inp: model.PlanInput, plan: model.Plan) -> None:
             raise IllegalPlan(f"step {inp.now}: starts {name!r}, which is not queued")
         if b.size != q.gpus or not b.is_legal(c):
             raise IllegalPlan(f"step {inp.now}: {name!r} needs a legal block of {q.gpus}, got {b}")
+        if b.mask & ~q.allowed(c):
+            raise IllegalPlan(f"step {inp.now}: {name!r} block {b} is on a node it may not use")
         if used & b.mask:
             raise IllegalPlan(f"step {inp.now}: {name!r} block {b} overlaps GPUs in use")
         used |= b.mask

@@ -157,6 +157,43 @@ def test_a_gang_on_a_node_that_went_keeps_the_gpus_its_other_pods_hold() -> None
     assert build([node(0), node(1)], pods).foreign == {}
 
 
+def labelled(i: int, **labels: str) -> dict[str, Any]:
+    n = node(i)
+    n["metadata"]["labels"].update(labels)
+    return n
+
+
+def test_a_gang_is_limited_to_the_nodes_its_pods_may_use() -> None:
+    nodes = [labelled(0, gpu="a100"), labelled(1, gpu="h100"), labelled(2, gpu="h100"),
+             labelled(3, gpu="a100")]
+    nodes[2]["spec"]["taints"] = [{"key": "team", "value": "vision", "effect": "NoSchedule"}]
+    pods = [make_pod(f"g-{i}").gpus(4).gang("g", 2).build() for i in range(2)]
+    for p in pods:
+        p["spec"]["nodeSelector"] = {"gpu": "h100"}
+    s = build(nodes, [*pods, make_pod("free").gpus(8).build()])
+    assert s.gangs["ns/g"].nodes == frozenset({1})  # node 2: a taint it does not tolerate
+    assert s.gangs["ns/free"].nodes == frozenset({0, 1, 3})  # every node but the tainted one
+    assert build(nodes[:2], [make_pod("free").gpus(8).build()]).gangs["ns/free"].nodes is None
+    for p in pods:
+        p["spec"]["tolerations"] = [{"key": "team", "operator": "Exists"}]
+    assert build(nodes, pods).gangs["ns/g"].nodes == frozenset({1, 2})
+
+
+def test_a_gang_no_node_can_take_waits_and_says_why() -> None:
+    nodes = [labelled(0, gpu="a100"), labelled(1, gpu="h100"), labelled(2, gpu="a100")]
+    pod = make_pod("none").gpus(8).build()
+    pod["spec"]["nodeSelector"] = {"gpu": "b200"}
+    g = build(nodes, [pod]).gangs["ns/none"]
+    assert g.waiting_for is not None and "no GPU node fits" in g.waiting_for
+    # 16 GPUs need two consecutive nodes: a100 nodes 0 and 2 are not.
+    wide = [make_pod(f"w-{i}").gpus(8).gang("w", 2).build() for i in range(2)]
+    for p in wide:
+        p["spec"]["nodeSelector"] = {"gpu": "a100"}
+    g = build(nodes, wide).gangs["ns/w"]
+    assert g.waiting_for is not None and "2 consecutive nodes" in g.waiting_for
+    assert "gpu-node-0, gpu-node-2" in g.waiting_for
+
+
 def test_pods_bound_outside_the_plan_hold_gpus() -> None:
     pods = [make_pod("other").gpus(3).on("gpu-node-1").build()]
     s = build([node(0), node(1)], pods)

@@ -225,6 +225,26 @@ def test_a_gang_whose_pods_all_failed_is_admitted_again_whole_when_replaced() ->
     assert len(new) == 1 and new != {rig.notes(keys[0])[ann.ADMITTED_AT]}
 
 
+def test_a_gang_goes_to_the_nodes_its_node_selector_names() -> None:
+    fake = FakeKube()
+    for i, kind in enumerate(("a100", "a100", "h100")):
+        n = node(i)
+        n["metadata"]["labels"]["gpu"] = kind
+        fake.add("nodes", n)
+    rig = Rig(fake=fake)
+    pod = make_pod("h-0").gpus(4).gang("h", 1).duration("60s").build()
+    pod["spec"]["nodeSelector"] = {"gpu": "h100"}
+    rig.fake.add("pods", pod)
+    assert rig.step().admitted == ["ns/h"]
+    assert rig.notes("ns/h-0")[ann.NODE] == "gpu-node-2"  # not the fullest or lowest node
+    odd = make_pod("x-0").gpus(4).gang("x", 1).build()
+    odd["spec"]["nodeSelector"] = {"gpu": "b200"}
+    rig.fake.add("pods", odd)
+    assert rig.advance().admitted == []
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/x-0"), ["gpu-node-0"])
+    assert "no GPU node fits" in failed["gpu-node-0"]
+
+
 def test_restart_rebuilds_from_annotations_and_never_readmits() -> None:
     rig = Rig()
     keys = gang(rig.fake, "g", 4, 2)

@@ -228,6 +228,59 @@ def test_gpus_a_service_lost_with_a_node_are_replaced_on_top_of_its_swap_cap(
     assert len(bare.service_gpus["chat"]) == 1
 
 
+@pytest.mark.parametrize("policy", FAST_POLICIES)
+def test_every_policy_keeps_a_job_to_the_nodes_its_pods_may_use(policy: str) -> None:
+    # 4 nodes of 4 GPUs, all free. "a" may use node 2 only; "wide" (8 GPUs) nodes 1-3,
+    # so nodes 1-2 or 2-3; "b" anything. Nothing may start off its nodes.
+    c = model.Cluster(nodes=4, gpus_per_node=4)
+    queued = (model.QueuedJob("a", 2, 4, 0, 2.0, nodes=frozenset({2})),
+              model.QueuedJob("wide", 8, 4, 0, 2.0, nodes=frozenset({1, 2, 3})),
+              model.QueuedJob("b", 4, 4, 0, 1.0))
+    inp = model.PlanInput(0, c, 24, queued, (), (), frozenset())
+    plan = policies.create(policy).plan(inp)
+    simulating.check_step(inp, plan)
+    a = plan.starts.get("a") or plan.planned_block["a"]
+    assert a.start // 4 == 2, a
+    if "wide" in plan.starts:
+        assert plan.starts["wide"].start // 4 in (1, 2)
+    # A job whose nodes are all taken waits, though other nodes are free.
+    busy = model.RunningJob("x", 4, model.Block(8, 4), 0, 10, 1.0)
+    inp = model.PlanInput(0, c, 24, queued[:1], (busy,), (), frozenset())
+    plan = policies.create(policy).plan(inp)
+    assert "a" not in plan.starts
+
+
+def test_the_simulator_refuses_a_start_off_a_jobs_nodes() -> None:
+    c = model.Cluster(nodes=2, gpus_per_node=4)
+    q = model.QueuedJob("a", 4, 4, 0, 1.0, nodes=frozenset({1}))
+    inp = model.PlanInput(0, c, 24, (q,), (), (), frozenset())
+    plan = model.Plan(now=0, starts={"a": model.Block(0, 4)})
+    with pytest.raises(simulating.IllegalPlan, match="on a node it may not use"):
+        simulating.check_step(inp, plan)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_random_node_limits_every_policy_stays_on_them(data: st.DataObject) -> None:
+    nodes = data.draw(st.integers(1, 4))
+    per = data.draw(st.sampled_from([2, 4, 8]))
+    c = model.Cluster(nodes=nodes, gpus_per_node=per)
+    sizes = [s for s in (1, 2, 4, 8, 16) if s <= c.gpus and (s <= per or s % per == 0)]
+    queued = tuple(
+        model.QueuedJob(f"j{i}", data.draw(st.sampled_from(sizes)), data.draw(st.integers(1, 8)),
+                        0, data.draw(st.sampled_from([1.0, 2.0, 8.0])),
+                        nodes=data.draw(st.none() | st.frozensets(st.integers(0, nodes - 1))))
+        for i in range(data.draw(st.integers(1, 8))))
+    inp = model.PlanInput(0, c, 12, queued, (), (), frozenset())
+    for policy in FAST_POLICIES:
+        plan = policies.create(policy).plan(inp)
+        simulating.check_step(inp, plan)  # raises on a start off the job's nodes
+        for q in queued:
+            b = plan.planned_block.get(q.name)
+            if b is not None:
+                assert not b.mask & ~q.allowed(c), (policy, q, b)
+
+
 def test_illegal_plan_is_refused_by_the_simulator() -> None:
     class Cheater:
         name = "cheater"
