@@ -13,6 +13,7 @@
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
+#   make bench-round     one controller round (snapshot, plan, commit) without I/O
 #   make audit           pip-audit of the installed dependencies
 #   make manifests       re-render deploy/manifests/gpuroster.yaml from the chart
 
@@ -116,6 +117,10 @@ soak: venv
 # 5,000 pods over 512 fake GPU nodes through the real kube-scheduler.
 bench-scale: venv cluster-bin
 	$(PY) bench/cluster_scale.py --pods 5000 --nodes 512 --step-seconds 90
+
+# One controller round, every pod queued: 64 nodes / 500 pods and 512 / 5,000.
+bench-round: venv
+	$(PY) bench/round.py
 
 # --- the main jobs ---------------------------------------------------------------
 

@@ -7,6 +7,7 @@ controller turns it into an Event on the pod.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -88,7 +89,13 @@ def _quantity(value: Any) -> int:
         raise AnnotationError(f"bad {GPU_RESOURCE} quantity {value!r}")
     if isinstance(value, int):
         return value
-    text = str(value).strip()
+    return _parse_quantity(str(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_quantity(value: str) -> int:
+    # Cached: every round reads every GPU pod's quantity, and a cluster has a handful.
+    text = value.strip()
     scale = 1.0
     # The API server writes quantities canonically: 1000000 comes back as "1M".
     for suffix, factor in _QUANTITY_SUFFIXES:
