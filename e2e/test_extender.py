@@ -271,6 +271,41 @@ def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
           "the failure (the Job controller's retry delay included)")
 
 
+def test_a_jobs_gang_whose_pods_all_failed_is_admitted_again_whole(
+        core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
+    from kubernetes import client
+
+    notes = {"gpuroster.io/gang": "again", "gpuroster.io/gang-size": "2",
+             "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
+    template = objects.pod("again", gpus=4, annotations=notes)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "again"},
+           "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                    "backoffLimit": 2,
+                    "template": {"metadata": {"annotations": notes},
+                                 "spec": template["spec"]}}}
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, job)
+
+    def bound_pods(exclude: set[str]) -> list[Any] | None:
+        pods = [p for p in core.list_namespaced_pod(namespace, label_selector="job-name=again")
+                .items if p.metadata.name not in exclude and p.spec.node_name]
+        return pods if len(pods) == 2 else None
+
+    first = wait_for(lambda: bound_pods(set()), 30, "the gang to bind")
+    for p in first:  # the whole gang fails (the test plays its kubelet)
+        core.patch_namespaced_pod_status(p.metadata.name, namespace, {"status": {
+            "phase": "Failed", "reason": "Error", "message": "the test failed it"}})
+    t0 = time.monotonic()
+    old = {p.metadata.name for p in first}
+    again = wait_for(lambda: bound_pods(old), 90, "the Job's two new pods to bind")
+    took = time.monotonic() - t0
+    blocks = {p.metadata.annotations[BLOCK] for p in again}
+    stamps = {p.metadata.annotations[ADMITTED_AT] for p in again}
+    assert len(blocks) == 1 and len(stamps) == 1, (blocks, stamps)  # one gang, one admission
+    assert stamps != {first[0].metadata.annotations[ADMITTED_AT]}  # a new admission
+    print(f"[e2e] a gang whose pods all failed: the Job's new pods admitted whole and bound "
+          f"{took:.1f}s after the failure (the Job controller's retry delay included)")
+
+
 def test_a_gang_lands_on_the_node_its_node_selector_names(
         core: Any, namespace: str, nodes: list[str], extender: Extender) -> None:
     # The last node in topology order gets a label; the plan would otherwise put a
