@@ -230,15 +230,8 @@ def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
     from kubernetes import client
 
     # A real Job: an Indexed 16-GPU gang of two 8-GPU pods that may retry once.
-    notes = {"gpuroster.io/gang": "retry", "gpuroster.io/gang-size": "2",
-             "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
-    template = objects.pod("retry", gpus=8, annotations=notes)
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "retry"},
-           "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
-                    "backoffLimit": 1,
-                    "template": {"metadata": {"annotations": notes},
-                                 "spec": template["spec"]}}}
-    client.BatchV1Api(api_client).create_namespaced_job(namespace, job)
+    client.BatchV1Api(api_client).create_namespaced_job(
+        namespace, objects.gang_job("retry", pods=2, gpus=8, backoff_limit=1))
 
     def job_pods() -> list[Any]:
         return list(core.list_namespaced_pod(namespace, label_selector="job-name=retry").items)
@@ -275,15 +268,8 @@ def test_a_jobs_gang_whose_pods_all_failed_is_admitted_again_whole(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client
 
-    notes = {"gpuroster.io/gang": "again", "gpuroster.io/gang-size": "2",
-             "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
-    template = objects.pod("again", gpus=4, annotations=notes)
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "again"},
-           "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
-                    "backoffLimit": 2,
-                    "template": {"metadata": {"annotations": notes},
-                                 "spec": template["spec"]}}}
-    client.BatchV1Api(api_client).create_namespaced_job(namespace, job)
+    client.BatchV1Api(api_client).create_namespaced_job(
+        namespace, objects.gang_job("again", pods=2, gpus=4, backoff_limit=2))
 
     def bound_pods(exclude: set[str]) -> list[Any] | None:
         pods = [p for p in core.list_namespaced_pod(namespace, label_selector="job-name=again")

@@ -91,6 +91,20 @@ def pod(
     }
 
 
+def gang_job(name: str, *, pods: int, gpus: int, backoff_limit: int,
+             duration: str = "10m") -> dict[str, Any]:
+    """An Indexed Job ``name`` of ``pods`` training pods of ``gpus`` GPUs each, one gang
+    (``gpuroster.io/gang: name``); its pods (label ``job-name: name``) run until deleted."""
+    notes = {"gpuroster.io/gang": name, "gpuroster.io/gang-size": str(pods),
+             "gpuroster.io/expected-duration": duration, "gpuroster.io/workload": "training"}
+    template = pod(name, gpus=gpus)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completionMode": "Indexed", "completions": pods, "parallelism": pods,
+                     "backoffLimit": backoff_limit,
+                     "template": {"metadata": {"annotations": notes},
+                                  "spec": template["spec"]}}}
+
+
 def inference_deployment(
     name: str,
     annotations: dict[str, str],

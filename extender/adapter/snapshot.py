@@ -261,13 +261,12 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     for name, members in gang_pods.items():
         members.sort(key=ann.key)
         gang = _gang(name, members, works, cluster, names, index, settings)
-        if gang is not None and gang.admission is None and not gang.error \
-                and not gang.waiting_for:
-            _limit_nodes(gang, gpu_nodes, names, cluster, fitting)
         if gang is None:
             continue
         gangs[name] = gang
         if gang.admission is None:
+            if not gang.error and not gang.waiting_for:
+                _limit_nodes(gang, gpu_nodes, names, cluster, fitting)
             # Out of the plan (its block names a node that is gone, say), yet some of
             # its pods run on nodes that are there: the GPUs they hold are nobody's to plan.
             for p in members:
@@ -285,6 +284,14 @@ def _fallback_gang(pod: Obj) -> str:
     m = pod.get("metadata") or {}
     a = ann.annotations_of(pod)
     return f"{m.get('namespace', '')}/{a.get(ann.GANG) or m.get('name', '')}"
+
+
+def _disagreement(a: ann.PodWork, b: ann.PodWork) -> str | None:
+    """What two pods of one gang must agree on and do not (the first such), or None."""
+    for attr in ("gang_size", "workload", "priority", "duration_seconds"):
+        if getattr(a, attr) != getattr(b, attr):
+            return attr.replace("_", " ")
+    return None
 
 
 def _refill(gang: Gang, running: list[Obj], late: list[Obj],
@@ -307,11 +314,11 @@ def _refill(gang: Gang, running: list[Obj], late: list[Obj],
         if isinstance(w, ann.AnnotationError):
             gang.error = str(w)
             return
-        for attr in ("gang_size", "workload", "priority", "duration_seconds"):
-            if w is None or getattr(w, attr) != getattr(gang.work, attr):
-                gang.error = (f"pod {ann.key(p)} of admitted gang {gang.name} disagrees with "
-                              f"its running pods on {attr.replace('_', ' ')}")
-                return
+        differ = "its gang" if w is None else _disagreement(w, gang.work)
+        if differ:
+            gang.error = (f"pod {ann.key(p)} of admitted gang {gang.name} disagrees with "
+                          f"its running pods on {differ}")
+            return
     size = gang.work.gang_size
     if len(running) + len(late) > size:
         gang.error = (f"gang {gang.name} was already admitted and {len(running)} of its "
@@ -441,10 +448,9 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
     ws = [w for p in live if isinstance(w := works[ann.key(p)], ann.PodWork)]
     first = ws[0]
     for w in ws[1:]:
-        for attr in ("gang_size", "workload", "priority", "duration_seconds"):
-            if getattr(w, attr) != getattr(first, attr):
-                gang.error = f"pods of gang {name} disagree on {attr.replace('_', ' ')}"
-                return gang
+        if differ := _disagreement(w, first):
+            gang.error = f"pods of gang {name} disagree on {differ}"
+            return gang
     gang.work = first
     gang.gpus = sum(w.gpus for w in ws)
     gang.arrival = _last_created(live)

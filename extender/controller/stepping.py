@@ -458,27 +458,17 @@ class Controller:
             done: list[Obj] = []
             error = None
             for pod in gang.pods:
-                m = pod.get("metadata") or {}
                 k = ann.key(pod)
                 try:
-                    gates = (pod.get("spec") or {}).get("schedulingGates")
-                    new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
-                                                objects.admission_patch(label, now, per_pod[k],
-                                                                        gates))
+                    self._write_admission(pod, label, now, per_pod[k])
                     done.append(pod)
-                    if isinstance(new, dict) and new.get("metadata"):
-                        self.cache.put("pods", new)
                 except kube.ApiError as e:
                     error = f"admission write failed on {k}: {e}"
                     break
             if error is not None:
                 for pod in done:  # undo: no partial gang
-                    m = pod.get("metadata") or {}
                     try:
-                        new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
-                                                    objects.admission_undo())
-                        if isinstance(new, dict) and new.get("metadata"):
-                            self.cache.put("pods", new)
+                        self._patch(pod, objects.admission_undo())
                     except kube.ApiError:
                         log.exception("undo of admission on %s failed", ann.key(pod))
                 failed[name] = error
@@ -512,24 +502,30 @@ class Controller:
                 node = gang.refill.get(k)
                 if node is None or k in adm.nodes:
                     continue
-                m = pod.get("metadata") or {}
-                gates = (pod.get("spec") or {}).get("schedulingGates")
                 try:
-                    new = self.client.patch_pod(
-                        str(m.get("namespace")), str(m.get("name")),
-                        objects.admission_patch(label, adm.admitted_at, node, gates))
+                    self._write_admission(pod, label, adm.admitted_at, node)
                 except kube.ApiError as e:
                     failed[k] = f"admission write failed on {k}: {e}"
                     log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
                     continue
-                if isinstance(new, dict) and new.get("metadata"):
-                    self.cache.put("pods", new)
                 adm.nodes[k] = node
                 metrics.GANG_ADMISSIONS.labels(outcome="replaced").inc()
                 self._tell(pod, "Admitted", f"replaces an ended pod of gang {name}: block "
                            f"{label}, node {node}", now, True, False)
                 log.info("pod %s replaces an ended pod of gang %s on %s", k, name, node)
         return failed
+
+    def _write_admission(self, pod: Obj, label: str, at: float, node: str) -> None:
+        """Write a pod's admission record (and lift its scheduling gate); ApiError on failure."""
+        gates = (pod.get("spec") or {}).get("schedulingGates")
+        self._patch(pod, objects.admission_patch(label, at, node, gates))
+
+    def _patch(self, pod: Obj, patch: Obj) -> None:
+        """Patch a pod and put the answer in the cache, so the next round sees the write."""
+        m = pod.get("metadata") or {}
+        new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")), patch)
+        if isinstance(new, dict) and new.get("metadata"):
+            self.cache.put("pods", new)
 
     def _priority_label(self, p: float) -> str:
         for k, v in self.settings.priority_classes.items():
