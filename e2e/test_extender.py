@@ -323,6 +323,34 @@ def test_a_gang_lands_on_the_node_its_node_selector_names(
         core.patch_node(target, {"metadata": {"labels": {key: None}}})
 
 
+def test_inference_replicas_land_on_the_nodes_their_template_selects(
+        core: Any, api_client: Any, namespace: str, nodes: list[str],
+        extender: Extender) -> None:
+    from kubernetes import client
+
+    # Services grow into the highest GPUs; this one may use the first node only.
+    first = min(nodes, key=lambda n: node_order(core, n))
+    key = "gpuroster-e2e/gpu"
+    core.patch_node(first, {"metadata": {"labels": {key: "l4"}}})
+    try:
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "l4-demand"}, "data": {"curve": json.dumps([3] * 24)}})
+        dep = objects.inference_deployment("l4chat", {
+            "gpuroster.io/demand-configmap": "l4-demand", "gpuroster.io/max-swap": "4"})
+        dep["spec"]["template"]["spec"]["nodeSelector"] = {key: "l4"}
+        client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
+
+        def placed() -> list[str] | None:
+            pods = core.list_namespaced_pod(namespace, label_selector="app=l4chat").items
+            on = [p.spec.node_name for p in pods if p.spec.node_name]
+            return on if len(on) == 3 else None
+
+        on = wait_for(placed, 10 * STEP, "three replicas placed")
+        assert set(on) == {first}, on
+    finally:
+        core.patch_node(first, {"metadata": {"labels": {key: None}}})
+
+
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client

@@ -83,6 +83,8 @@ class ServiceInfo:
     # GPUs in use (bound or assumed, not terminal) per node name
     gpus_by_node: dict[str, int] = field(default_factory=dict)
     pending: list[Obj] = field(default_factory=list)
+    # The nodes (indices) its pod template may run on; None: all of them.
+    nodes: frozenset[int] | None = None
 
 
 @dataclass
@@ -205,8 +207,15 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
             service_errors[ann.key(d)] = str(e)
             continue
         if spec is not None:
+            template = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
+            fit = frozenset(i for i, n in enumerate(gpu_nodes) if nodefit.fits(template, n))
+            if gpu_nodes and not fit:
+                service_errors[ann.key(d)] = ("no GPU node fits its pod template's "
+                                              "nodeSelector, node affinity and tolerations")
+                continue
             replicas = int(((d.get("spec") or {}).get("replicas")) or 0)
-            services[spec.name] = ServiceInfo(spec, d, replicas)
+            services[spec.name] = ServiceInfo(
+                spec, d, replicas, nodes=None if len(fit) == len(gpu_nodes) else fit)
 
     all_pods = {ann.key(p): p for p in pods}
     pod_service: dict[str, str] = {}

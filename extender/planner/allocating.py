@@ -205,6 +205,9 @@ class Gpuroster:
         reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in queue}
         ceiling = sum(reach.values())
         n_off = unavailable.bit_count()
+        # Services limited to some nodes need their curve inside those nodes: per such
+        # node set, the GPUs left there for batch work at each step.
+        groups = _service_rooms(inp.services, curves, occ, unavailable, c, W)
         # Room left for batch work at each step (capacity already excludes the
         # unavailable GPUs): the same start for every order.
         slack = [capacity[k] - (occ[k].bit_count() - n_off) for k in range(W)]
@@ -222,7 +225,7 @@ class Gpuroster:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
             cand = self._place(ordered, occ, slack, locked, c, W, fill_now, guard,
-                               reach, ceiling, best.score)
+                               reach, ceiling, best.score, groups)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -259,7 +262,8 @@ class Gpuroster:
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
-                v.current_gpus, curves[v.name][0], idle | own, cap, avoid=wanted_soon,
+                v.current_gpus, curves[v.name][0], (idle | own) & v.allowed(c), cap,
+                avoid=wanted_soon,
                 urgent=wanted_next, per_node=c.gpus_per_node,
             )
             plan.service_gpus[v.name] = gpus
@@ -285,6 +289,7 @@ class Gpuroster:
         reach: dict[str, float],
         ceiling: float,
         beat: float,
+        groups: list[tuple[int, list[int]]],
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -297,6 +302,7 @@ class Gpuroster:
         bar = beat - 1e-9 * max(1.0, abs(beat)) if o.decay >= 0 else -math.inf
         occ = occ0[:]
         slack = slack0[:]
+        rooms = [(mask, room[:]) for mask, room in groups]
         cand = _Candidate(score=0.0)
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
@@ -343,6 +349,9 @@ class Gpuroster:
                         continue
                     free = allow & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
+                    for mask, room in rooms:  # keep a limited service's room in its nodes
+                        if min(room[k:end]) < size:
+                            free &= ~mask
                     starts = blocks.start_positions(free, size, c)
                     if not starts:
                         # The next start sees the same window (and fails the same way)
@@ -351,7 +360,8 @@ class Gpuroster:
                         # locked GPUs change: slide over those without re-reading it.
                         k += 1
                         while (
-                            k < limit
+                            not rooms
+                            and k < limit
                             and k + d <= W
                             and occ[k - 1] == occ[k]
                             and occ[k + d - 1] == occ[k + d - 2]
@@ -367,6 +377,11 @@ class Gpuroster:
                     for t in range(k, end):
                         occ[t] |= m
                         slack[t] -= size
+                    for mask, room in rooms:
+                        if m & mask:
+                            inside = (m & mask).bit_count()
+                            for t in range(k, end):
+                                room[t] -= inside
                     # Estimates run over: as for the running jobs, a planned job may hold
                     # its GPUs `guard` steps past its estimate, so the services' room there
                     # is smaller for the jobs placed after it; else a packed plan turns a
@@ -417,6 +432,29 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
     if order == "value-density":
         return sorted(queue, key=lambda q: (-q.priority * q.gpus, q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
+
+
+def _service_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[int]],
+                   occ: list[int], unavailable: int, c: model.Cluster,
+                   W: int) -> list[tuple[int, list[int]]]:
+    """Per node set that some service is limited to: (its GPU mask, the GPUs left there
+    for batch work at each step: available, less the curves of the services limited to
+    it and the running jobs inside it). Empty when no service is limited."""
+    sets: dict[frozenset[int], list[model.ServiceState]] = {}
+    for v in services:
+        if v.nodes is not None:
+            sets.setdefault(v.nodes, []).append(v)
+    out = []
+    for nodes, members in sorted(sets.items(), key=lambda x: sorted(x[0])):
+        mask = model.node_mask(nodes, c)
+        have = (mask & ~unavailable).bit_count()
+        room = [have - (occ[k] & mask & ~unavailable).bit_count() for k in range(W)]
+        for v in members:
+            curve = curves[v.name]
+            for k in range(W):
+                room[k] -= curve[k]
+        out.append((mask, room))
+    return out
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,8 +13,9 @@ from extender.planner import blocks, model, policies
 
 
 def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
-    """Fixed GPU ranges from the top, in service order."""
-    top = inp.cluster.gpus
+    """Fixed GPU ranges from the top, in service order: each service the highest GPUs no
+    service before it took (of its nodes, where it is limited to some)."""
+    taken = 0
     out: dict[str, frozenset[int]] = {}
     for v in inp.services:
         size = (
@@ -22,9 +23,9 @@ def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
             if v.reservation is not None
             else max(v.forecast[: inp.horizon], default=0)
         )
-        size = max(0, min(size, top))
-        out[v.name] = frozenset(range(top - size, top))
-        top -= size
+        mine = list(blocks.bits_high_first(v.allowed(inp.cluster) & ~taken))[: max(0, size)]
+        out[v.name] = frozenset(mine)
+        taken |= blocks.mask_of(out[v.name])
     return out
 
 

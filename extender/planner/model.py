@@ -137,9 +137,14 @@ class QueuedJob:
 
     def allowed(self, cluster: Cluster) -> int:
         """Mask of the GPUs a block of this job may use."""
-        if self.nodes is None:
-            return (1 << cluster.gpus) - 1
-        return _node_mask(self.nodes, cluster.gpus_per_node)
+        return node_mask(self.nodes, cluster)
+
+
+def node_mask(nodes: frozenset[int] | None, cluster: Cluster) -> int:
+    """Mask of the GPUs of `nodes` (None: every GPU of the cluster)."""
+    if nodes is None:
+        return (1 << cluster.gpus) - 1
+    return _node_mask(nodes, cluster.gpus_per_node)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -187,6 +192,13 @@ class ServiceState:
     reservation: int | None = None
     past_forecast: tuple[int, ...] = ()
     lost: int = 0
+    # The nodes (indices) its pods may run on, by the pod template's node selector,
+    # affinity and tolerations; None: any node.
+    nodes: frozenset[int] | None = None
+
+    def allowed(self, cluster: Cluster) -> int:
+        """Mask of the GPUs this service may hold."""
+        return node_mask(self.nodes, cluster)
 
 
 @dataclass(frozen=True, slots=True)

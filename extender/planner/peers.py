@@ -41,7 +41,8 @@ class PrioritySkip:
             target = v.past_demand[-1] if v.past_demand else (v.forecast[0] if v.forecast else 0)
             cap = None if inp.now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
-                v.current_gpus, target, free | blocks.mask_of(v.current_gpus), cap
+                v.current_gpus, target, (free | blocks.mask_of(v.current_gpus)) & v.allowed(c),
+                cap,
             )
             plan.service_gpus[v.name] = gpus
             free &= ~blocks.mask_of(gpus)

@@ -194,6 +194,19 @@ def test_a_gang_no_node_can_take_waits_and_says_why() -> None:
     assert "gpu-node-0, gpu-node-2" in g.waiting_for
 
 
+def test_a_service_is_limited_to_the_nodes_its_pod_template_may_use() -> None:
+    nodes = [labelled(0, gpu="l4"), labelled(1, gpu="h100")]
+    dep = deployment("chat", notes={"gpuroster.io/demand-configmap": "c"})
+    dep["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "l4"}
+    assert build(nodes, [], [dep]).services["ns/chat"].nodes == frozenset({0})
+    dep["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "b200"}
+    s = build(nodes, [], [dep])
+    assert "ns/chat" not in s.services
+    assert "no GPU node fits its pod template" in s.service_errors["ns/chat"]
+    del dep["spec"]["template"]["spec"]["nodeSelector"]
+    assert build(nodes, [], [dep]).services["ns/chat"].nodes is None
+
+
 def test_pods_bound_outside_the_plan_hold_gpus() -> None:
     pods = [make_pod("other").gpus(3).on("gpu-node-1").build()]
     s = build([node(0), node(1)], pods)

@@ -245,6 +245,20 @@ def test_a_gang_goes_to_the_nodes_its_node_selector_names() -> None:
     assert "no GPU node fits" in failed["gpu-node-0"]
 
 
+def test_a_service_whose_template_no_node_fits_is_reported_on_its_pods() -> None:
+    rig = Rig()
+    dep = deployment("chat", notes={"gpuroster.io/demand-configmap": "c"})
+    dep["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "b200"}
+    rig.fake.add("deployments", dep)
+    rig.fake.add("configmaps", configmap("c", curve="[1]"))
+    rig.fake.add("pods", make_pod("chat-abc12-1").gpus(1).owned_by_deployment("chat").build())
+    rig.step()
+    _, failed = rig.ctl.filter(rig.fake.pod("ns/chat-abc12-1"), ["gpu-node-0"])
+    assert "no GPU node fits its pod template" in failed["gpu-node-0"]
+    told = [e for e in rig.fake.events if e["involvedObject"]["name"] == "chat-abc12-1"]
+    assert told and told[-1]["reason"] == "InvalidAnnotations"
+
+
 def test_restart_rebuilds_from_annotations_and_never_readmits() -> None:
     rig = Rig()
     keys = gang(rig.fake, "g", 4, 2)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from extender import scenarios
 from extender.optimizing import bound
-from extender.planner import legality, metrics, model, policies, simulating
+from extender.planner import blocks, legality, metrics, model, policies, simulating
 from extender.planner import scenario as scenario_doc
 from tests.builders import scenario
 
@@ -250,6 +250,33 @@ def test_every_policy_keeps_a_job_to_the_nodes_its_pods_may_use(policy: str) -> 
     assert "a" not in plan.starts
 
 
+@pytest.mark.parametrize("policy", FAST_POLICIES)
+def test_a_service_limited_to_some_nodes_gets_gpus_only_there(policy: str) -> None:
+    # Services grow from the top; this one may use node 0 only.
+    c = model.Cluster(nodes=2, gpus_per_node=4)
+    v = model.ServiceState(name="chat", priority=5, max_swap=4, forecast=(2,) * 48,
+                           nodes=frozenset({0}))
+    plan = policies.create(policy).plan(model.PlanInput(0, c, 24, (), (), (v,), frozenset()))
+    assert len(plan.service_gpus["chat"]) == 2 and plan.service_gpus["chat"] <= set(range(4))
+
+
+def test_batch_work_leaves_a_limited_service_its_room_in_its_nodes() -> None:
+    # 3 nodes of 4 GPUs; the service needs 2 GPUs of node 0 at every step; node 2 runs a
+    # job. A 4-GPU job fits the cluster's count (12 - 2 - 4 = 6), but on node 0 it would
+    # leave the service nothing: it goes to node 1, and a second one waits.
+    c = model.Cluster(nodes=3, gpus_per_node=4)
+    v = model.ServiceState(name="chat", priority=5, max_swap=4, forecast=(2,) * 96,
+                           nodes=frozenset({0}))
+    busy = model.RunningJob("x", 4, model.Block(8, 4), 0, 10, 1.0)
+    queued = (model.QueuedJob("a", 4, 6, 0, 2.0), model.QueuedJob("b", 4, 6, 0, 2.0))
+    inp = model.PlanInput(0, c, 24, queued, (busy,), (v,), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert list(plan.starts.values()) == [model.Block(4, 4)], plan.starts
+    assert plan.service_gpus["chat"] <= set(range(4)) and len(plan.service_gpus["chat"]) == 2
+    assert plan.planned_block["b"].start // 4 != 0  # later, elsewhere: never on node 0
+
+
 def test_the_simulator_refuses_a_start_off_a_jobs_nodes() -> None:
     c = model.Cluster(nodes=2, gpus_per_node=4)
     q = model.QueuedJob("a", 4, 4, 0, 1.0, nodes=frozenset({1}))
@@ -271,7 +298,13 @@ def test_random_node_limits_every_policy_stays_on_them(data: st.DataObject) -> N
                         0, data.draw(st.sampled_from([1.0, 2.0, 8.0])),
                         nodes=data.draw(st.none() | st.frozensets(st.integers(0, nodes - 1))))
         for i in range(data.draw(st.integers(1, 8))))
-    inp = model.PlanInput(0, c, 12, queued, (), (), frozenset())
+    services = tuple(
+        model.ServiceState(name=f"s{i}", priority=5, max_swap=2,
+                           forecast=tuple(data.draw(st.lists(st.integers(0, per), min_size=24,
+                                                             max_size=24))),
+                           nodes=data.draw(st.none() | st.frozensets(st.integers(0, nodes - 1))))
+        for i in range(data.draw(st.integers(0, 2))))
+    inp = model.PlanInput(0, c, 12, queued, (), services, frozenset())
     for policy in FAST_POLICIES:
         plan = policies.create(policy).plan(inp)
         simulating.check_step(inp, plan)  # raises on a start off the job's nodes
@@ -279,6 +312,9 @@ def test_random_node_limits_every_policy_stays_on_them(data: st.DataObject) -> N
             b = plan.planned_block.get(q.name)
             if b is not None:
                 assert not b.mask & ~q.allowed(c), (policy, q, b)
+        for v in services:
+            held = blocks.mask_of(plan.service_gpus.get(v.name, frozenset()))
+            assert not held & ~v.allowed(c), (policy, v.name, v.nodes)
 
 
 def test_illegal_plan_is_refused_by_the_simulator() -> None:
