@@ -195,6 +195,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     def in_scope(obj: Obj) -> bool:
         return not managed or (obj.get("metadata") or {}).get("namespace") in managed
 
+    fitting: dict[str, frozenset[int]] = {}  # pods' node constraints -> nodes that pass
     # Real-time services.
     services: dict[str, ServiceInfo] = {}
     service_errors: dict[str, str] = {}
@@ -208,7 +209,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
             continue
         if spec is not None:
             template = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
-            fit = frozenset(i for i, n in enumerate(gpu_nodes) if nodefit.fits(template, n))
+            fit = _fitting_nodes(template, gpu_nodes, fitting)
             if gpu_nodes and not fit:
                 service_errors[ann.key(d)] = ("no GPU node fits its pod template's "
                                               "nodeSelector, node affinity and tolerations")
@@ -266,7 +267,6 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         gang_pods.setdefault(gname, []).append(p)
 
     gangs: dict[str, Gang] = {}
-    fitting: dict[str, frozenset[int]] = {}  # pods' node constraints -> nodes that pass
     for name, members in gang_pods.items():
         members.sort(key=ann.key)
         gang = _gang(name, members, works, cluster, names, index, settings)
@@ -358,6 +358,18 @@ def _refill(gang: Gang, running: list[Obj], late: list[Obj],
     gang.refill = refill
 
 
+def _fitting_nodes(spec: Obj, gpu_nodes: list[Obj],
+                   fitting: dict[str, frozenset[int]]) -> frozenset[int]:
+    """The nodes (indices) a pod spec may run on; `fitting` remembers each distinct set
+    of constraints, so pods of one template are checked against the nodes once."""
+    # repr, not a canonical form: pods made from one template list their fields alike.
+    key = repr((spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")))
+    ok = fitting.get(key)
+    if ok is None:
+        ok = fitting[key] = frozenset(i for i, n in enumerate(gpu_nodes) if nodefit.fits(spec, n))
+    return ok
+
+
 def _limit_nodes(gang: Gang, gpu_nodes: list[Obj], names: list[str], cluster: model.Cluster,
                  fitting: dict[str, frozenset[int]]) -> None:
     """Set `gang.nodes` to the nodes all its pods may run on, or say why it cannot run.
@@ -367,13 +379,7 @@ def _limit_nodes(gang: Gang, gpu_nodes: list[Obj], names: list[str], cluster: mo
     """
     allowed: frozenset[int] | None = None
     for p in gang.pods:
-        spec = p.get("spec") or {}
-        # repr, not a canonical form: pods made from one template list their fields alike.
-        key = repr((spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")))
-        ok = fitting.get(key)
-        if ok is None:
-            ok = fitting[key] = frozenset(
-                i for i, n in enumerate(gpu_nodes) if nodefit.fits(spec, n))
+        ok = _fitting_nodes(p.get("spec") or {}, gpu_nodes, fitting)
         allowed = ok if allowed is None else allowed & ok
     if allowed is None or len(allowed) == len(gpu_nodes):
         return
