@@ -209,12 +209,15 @@ def test_a_jobs_replacement_for_a_failed_member_runs_in_its_place() -> None:
                for e in rig.fake.events)
 
 
-def test_a_gang_whose_pods_all_failed_is_admitted_again_whole_when_replaced() -> None:
+# Failed: a Job retrying. Succeeded: a Job with parallelism below completions starting
+# its next pods under the same gang annotation.
+@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
+def test_a_gang_whose_pods_all_ended_is_admitted_again_whole_when_replaced(phase: str) -> None:
     rig = Rig(nodes=1)
     keys = gang(rig.fake, "g", 2, 4, d="600s")
     assert rig.step().admitted == ["ns/g"]
     for k in keys:
-        end(rig, k)
+        end(rig, k, phase)
     rig.fake.add("pods", make_pod("g-0-retry").gpus(4).gang("g", 2).duration("600s").build())
     assert rig.advance().admitted == []  # one of two: the new gang waits for the other
     _, failed = rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), ["gpu-node-0"])
