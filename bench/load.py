@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from extender.api import loadbench  # noqa: E402
+from extender.api.loadbench import pct  # noqa: E402
 
 
 def free_port() -> int:
@@ -110,11 +111,6 @@ async def level(port: int, reqs: list[tuple[bytes, bytes]], connections: int, se
     await asyncio.gather(*(one_connection(port, reqs, stop, stats, k, timeout)
                            for k in range(connections)))
     return stats, time.perf_counter() - t0
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] * 1000.0 if s else float("nan")
 
 
 def rss_mb(pid: int) -> float:

@@ -46,11 +46,6 @@ def cluster(nodes: int, pods: int) -> Any:
     return c
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] * 1000
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/round.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             plans.append(time.perf_counter() - t0)
         for part, xs in (("round", rounds), ("snapshot", snaps), ("plan", plans)):
             print(f"{nodes:>6} {pods:>6}  {part:<14} {statistics.median(xs) * 1000:>8.1f} "
-                  f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f}")
+                  f"{loadbench.pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f}")
     return 0
 
 

@@ -360,9 +360,11 @@ def handler_p99_bound(before: dict[str, dict[float, float]],
     return None
 
 
-def _pct(xs: list[float], q: float) -> float:
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile of `xs` (seconds) in ms, nearest rank; NaN for no samples.
+    Shared by the load benches (`bench/load.py`, `bench/round.py`)."""
     s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] * 1000.0
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000.0 if s else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,12 +473,12 @@ def main(argv: list[str] | None = None) -> int:
                     (s, _, _, _), notes = measure([("/filter", body), ("/prioritize", body)],
                                                   args.clients)
                     print(f"  {label}: filter+prioritize, {kind} ({len(body) // 1024} KiB): "
-                          f"p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms  "
+                          f"p50 {pct(s, .5):.2f} ms  p99 {pct(s, .99):.2f} ms  "
                           f"({len(s)} pairs)  [{notes}]")
-                    per_run.setdefault(f"{label}, {kind} p99 ms", []).append(_pct(s, .99))
+                    per_run.setdefault(f"{label}, {kind} p99 ms", []).append(pct(s, .99))
                 (s, n, t, _), notes = measure([("/filter", by_names)], args.throughput_clients)
                 print(f"  {label}: filter alone, NodeNames, {args.throughput_clients} clients: "
-                      f"{n / t:.0f} req/s  p50 {_pct(s, .5):.2f} ms  p99 {_pct(s, .99):.2f} ms"
+                      f"{n / t:.0f} req/s  p50 {pct(s, .5):.2f} ms  p99 {pct(s, .99):.2f} ms"
                       f"  [{notes}]")
                 per_run.setdefault(f"{label}, filter req/s", []).append(n / t)
         if args.runs > 1:
