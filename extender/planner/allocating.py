@@ -251,20 +251,18 @@ class Gpuroster:
         idle = all_gpus & ~used_now
         for v in inp.services:
             idle &= ~blocks.mask_of(v.current_gpus)
-        wanted_soon = 0  # blocks of jobs planned to start while the services can still move
-        wanted_next = 0  # ... and of those planned to start next step
+        # Blocks of jobs planned to start while the services can still move, by step:
+        # wanted[i], those planned i + 1 steps from now.
+        wanted = [0] * o.migrate_steps
         for p in best.placed:
             if 0 < p.step <= o.migrate_steps:
-                wanted_soon |= p.block.mask
-                if p.step == 1:
-                    wanted_next |= p.block.mask
+                wanted[p.step - 1] |= p.block.mask
         for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, curves[v.name][0], (idle | own) & v.allowed(c), cap,
-                avoid=wanted_soon,
-                urgent=wanted_next, per_node=c.gpus_per_node,
+                tuple(wanted),
             )
             plan.service_gpus[v.name] = gpus
             # What it gave back (shed, or moved off a planned block) is free for the

@@ -15,9 +15,7 @@ def assign(
     target: int,
     free: int,
     max_swap: int | None,
-    avoid: int = 0,
-    urgent: int = 0,
-    per_node: int = 0,
+    wanted: tuple[int, ...] = (),
 ) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
@@ -25,16 +23,18 @@ def assign(
     job took, plus idle ones). `max_swap` None means unconstrained (step 0).
     Losing a current GPU that is no longer in `free` counts against the cap;
     callers must not take more of a service's GPUs than its cap allows.
-    `avoid` marks GPUs that planned jobs will want soon: the service gives
-    those back first, and with budget to spare moves off them (one GPU
-    released and one acquired elsewhere per two units of swap). `urgent` (a
-    part of `avoid`) marks GPUs a job is planned to take next step: the
-    service leaves those first, and when no GPU is free of plans it moves to
-    one on another node (of `per_node` GPUs) that is wanted later. A job that
-    can start next step then does not wait on a service that had nowhere
-    better to go; moving inside the node would only change which of that
-    node's jobs waits.
+    `wanted[i]` marks the GPUs of the blocks planned to start i + 1 steps from
+    now: the service grows around them, gives them back first, and with budget
+    to spare moves off them (one GPU released and one acquired elsewhere per two
+    units of swap) to GPUs nobody wants soon. Off a GPU wanted next step it also
+    moves to one wanted later, the latest there is: the job that can start next
+    step then does not wait on a service that had nowhere better to go, and the
+    plan that put it there, which counted on the service moving, holds.
     """
+    avoid = 0
+    for w in wanted:
+        avoid |= w
+    urgent = wanted[0] if wanted else 0
     keep_mask = blocks.mask_of(current) & free
     lost = len(current) - keep_mask.bit_count()
     budget = (10**9 if max_swap is None else max_swap) - lost
@@ -62,13 +62,12 @@ def assign(
             grow -= 1
     # Move off GPUs planned jobs want, those wanted next step first, while swap budget
     # and room elsewhere remain: where nobody wants a GPU soon, else (for a GPU wanted
-    # next step) to another node, where one is wanted later.
+    # next step) where it is wanted last.
     elsewhere = free & ~keep_mask & ~avoid
     for g in list(blocks.bits(keep_mask & urgent)) + list(blocks.bits(keep_mask & avoid & ~urgent)):
         to = elsewhere
-        if not to and per_node and urgent >> g & 1:
-            node = ((1 << per_node) - 1) << (g // per_node * per_node)
-            to = free & ~keep_mask & ~urgent & ~node
+        if not to and urgent >> g & 1:
+            to = _wanted_last(free & ~keep_mask & ~urgent, wanted)
         if budget < 2 or not to:
             break
         top = to.bit_length() - 1
@@ -76,6 +75,20 @@ def assign(
         elsewhere &= ~(1 << top)
         budget -= 2
     return blocks.set_of(keep_mask)
+
+
+def _wanted_last(candidates: int, wanted: tuple[int, ...]) -> int:
+    """Those of `candidates` (all wanted by some plan) whose first planned start is the
+    latest: wanted by `wanted[i]` and by no earlier step, for the largest such i."""
+    first = [0] * len(wanted)  # first[i]: GPUs wanted first i + 1 steps from now
+    seen = 0
+    for i, w in enumerate(wanted):
+        first[i] = w & ~seen
+        seen |= w
+    for here in reversed(first):
+        if candidates & here:
+            return candidates & here
+    return 0
 
 
 def releasable(current: frozenset[int], target: int, max_swap: int | None) -> int:

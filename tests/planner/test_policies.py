@@ -228,6 +228,28 @@ def test_gpus_a_service_lost_with_a_node_are_replaced_on_top_of_its_swap_cap(
     assert len(bare.service_gpus["chat"]) == 1
 
 
+def test_a_service_moves_off_a_block_planned_for_next_step_within_its_node() -> None:
+    # One node of 8; the service holds GPU 6 and needs 1, which leaves 7 for batch work.
+    # Running: x on 0-3, y on 5 until step 8. "a" (2 GPUs) is planned next step on 6-7,
+    # counting on the service to move; "b" (1 GPU) at step 9 on GPU 4 (before, a and y
+    # leave it no room). No GPU is free of plans, so the service moves to GPU 4, the one
+    # wanted latest: else "a" waits on it, step after step, with GPU 4 idle.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    v = model.ServiceState(name="chat", priority=5, max_swap=2, forecast=(1,) * 96,
+                           past_demand=(1,) * 5, current_gpus=frozenset({6}),
+                           past_forecast=(1,) * 5)
+    running = (model.RunningJob("x", 4, model.Block(0, 4), 0, 40, 1.0),
+               model.RunningJob("y", 1, model.Block(5, 1), 0, 8, 1.0))
+    queued = (model.QueuedJob("a", 2, 20, 0, 4.0), model.QueuedJob("b", 1, 20, 0, 2.0))
+    inp = model.PlanInput(5, c, 24, queued, running, (v,), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start == {"a": 6, "b": 9}  # y may overrun a step
+    assert plan.planned_block["a"] == model.Block(6, 2)
+    assert plan.planned_block["b"] == model.Block(4, 1)
+    assert plan.service_gpus["chat"] == {4}
+
+
 @pytest.mark.parametrize("policy", FAST_POLICIES)
 def test_every_policy_keeps_a_job_to_the_nodes_its_pods_may_use(policy: str) -> None:
     # 4 nodes of 4 GPUs, all free. "a" may use node 2 only; "wide" (8 GPUs) nodes 1-3,
