@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -292,14 +293,23 @@ def test_a_jobs_gang_whose_pods_all_failed_is_admitted_again_whole(
           f"{took:.1f}s after the failure (the Job controller's retry delay included)")
 
 
+@contextmanager
+def node_label(core: Any, node: str, key: str, value: str) -> Iterator[None]:
+    """`node` carries the label `key`=`value` inside the block, and not after it."""
+    core.patch_node(node, {"metadata": {"labels": {key: value}}})
+    try:
+        yield
+    finally:
+        core.patch_node(node, {"metadata": {"labels": {key: None}}})
+
+
 def test_a_gang_lands_on_the_node_its_node_selector_names(
         core: Any, namespace: str, nodes: list[str], extender: Extender) -> None:
     # The last node in topology order gets a label; the plan would otherwise put a
     # 4-GPU gang on the lowest free node, which kube-scheduler then refuses.
     target = max(nodes, key=lambda n: node_order(core, n))
     key = "gpuroster-e2e/gpu"
-    core.patch_node(target, {"metadata": {"labels": {key: "h100"}}})
-    try:
+    with node_label(core, target, key, "h100"):
         notes = {"gpuroster.io/gang": "picky", "gpuroster.io/gang-size": "1",
                  "gpuroster.io/expected-duration": "60s"}
         body = objects.pod("picky-0", gpus=4, runtime="60s", annotations=notes)
@@ -319,8 +329,6 @@ def test_a_gang_lands_on_the_node_its_node_selector_names(
 
         wait_for(told, 20, "gpuroster's Event saying why the unplaceable gang waits")
         assert not core.read_namespaced_pod("nowhere-0", namespace).spec.node_name
-    finally:
-        core.patch_node(target, {"metadata": {"labels": {key: None}}})
 
 
 def test_inference_replicas_land_on_the_nodes_their_template_selects(
@@ -331,8 +339,7 @@ def test_inference_replicas_land_on_the_nodes_their_template_selects(
     # Services grow into the highest GPUs; this one may use the first node only.
     first = min(nodes, key=lambda n: node_order(core, n))
     key = "gpuroster-e2e/gpu"
-    core.patch_node(first, {"metadata": {"labels": {key: "l4"}}})
-    try:
+    with node_label(core, first, key, "l4"):
         core.create_namespaced_config_map(namespace, {
             "metadata": {"name": "l4-demand"}, "data": {"curve": json.dumps([3] * 24)}})
         dep = objects.inference_deployment("l4chat", {
@@ -347,8 +354,6 @@ def test_inference_replicas_land_on_the_nodes_their_template_selects(
 
         on = wait_for(placed, 10 * STEP, "three replicas placed")
         assert set(on) == {first}, on
-    finally:
-        core.patch_node(first, {"metadata": {"labels": {key: None}}})
 
 
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(

@@ -345,8 +345,9 @@ def _refill(gang: Gang, running: list[Obj], late: list[Obj],
         if n in free:
             free[n] -= ann.pod_gpus(p.get("spec") or {})
     refill: dict[str, str] = {}
-    for p in sorted(late, key=lambda p: (-ann.pod_gpus(p.get("spec") or {}), ann.key(p))):
-        need = ann.pod_gpus(p.get("spec") or {})
+    needs = {ann.key(p): ann.pod_gpus(p.get("spec") or {}) for p in late}
+    for key in sorted(needs, key=lambda k: (-needs[k], k)):
+        need = needs[key]
         room = [n for n, f in free.items() if f >= need]
         if not room:
             gang.error = (f"gang {gang.name} was already admitted; pods {keys} came late and "
@@ -354,7 +355,7 @@ def _refill(gang: Gang, running: list[Obj], late: list[Obj],
             return
         n = min(room, key=lambda n: free[n])  # the fullest node that fits
         free[n] -= need
-        refill[ann.key(p)] = n
+        refill[key] = n
     gang.refill = refill
 
 
@@ -388,7 +389,7 @@ def _limit_nodes(gang: Gang, gpu_nodes: list[Obj], names: list[str], cluster: mo
         gang.waiting_for = f"waiting: no GPU node fits the pods of gang {gang.name} ({why})"
         return
     g = cluster.gpus_per_node
-    need = max(1, gang.gpus // g) if gang.gpus > g else 1
+    need = max(1, gang.gpus // g)  # whole consecutive nodes for a gang wider than one
     if not any(all(i + k in allowed for k in range(need)) for i in allowed):
         may = ", ".join(names[i] for i in sorted(allowed))
         gang.waiting_for = (f"waiting: gang {gang.name} needs {need} consecutive nodes its pods "
