@@ -42,8 +42,8 @@ from extender.planner import blocks, model, policies, scaling
 @dataclass
 class Options:
     # Shortfall cost per GPU-step, x the service's priority. The fast plan never buys
-    # batch work with real-time shortfall: with the default 8 that is the optimum
-    # whenever 8 x a service's priority >= every job's priority (the curve is a floor).
+    # batch work with real-time shortfall (the curve is a floor), though for a job whose
+    # priority x GPUs is above this price the objective would (README, limitations).
     realtime_penalty: float = 8.0
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
     max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
