@@ -11,7 +11,10 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    horizon too (no end-of-horizon myopia). Each placed job holds its block in
    the plan, so later jobs fill the holes it leaves (backfilling) without
    delaying it; a job that waited longer than `max_wait_steps` goes first, so
-   nothing starves.
+   nothing starves that some stretch of the services' curve can hold. A job the
+   curve never leaves room for starts now when a block is free and it is worth
+   more than the real-time shortfall it causes, priced at `realtime_penalty`
+   times the services' priority (the cheapest services first).
 3. Blocks are chosen best-fit: the fullest node that fits, at a size-aligned
    offset when one is free, low GPUs first (services live at the top), so the
    free pool keeps the shapes later work can use.
@@ -41,9 +44,9 @@ from extender.planner import blocks, model, policies, scaling
 
 @dataclass
 class Options:
-    # Shortfall cost per GPU-step, x the service's priority. The fast plan never buys
-    # batch work with real-time shortfall (the curve is a floor), though for a job whose
-    # priority x GPUs is above this price the objective would (README, limitations).
+    # Shortfall cost per GPU-step, x the service's priority. The services' curve is a
+    # floor for every job that fits beside it somewhere within reach; one that does not
+    # starts now if its value beats the shortfall it causes at this price.
     realtime_penalty: float = 8.0
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
     max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
@@ -212,6 +215,10 @@ class Gpuroster:
         # unavailable GPUs): the same start for every order.
         slack = [capacity[k] - (occ[k].bit_count() - n_off) for k in range(W)]
         guard = o.overrun_guard if inp.services else 0
+        # What a shortfall costs, per GPU-step: the services' curves, lowest priority first
+        # (a job placed over the curve takes the cheapest GPUs first).
+        shortable = sorted(((o.realtime_penalty * v.priority, curves[v.name])
+                            for v in inp.services), key=lambda x: x[0])
         queues: list[tuple[int, list[model.QueuedJob], bool]] = []
         for i, (order, fill_now) in enumerate(passes):
             ordered = starving + _ordered(rest, order)
@@ -225,7 +232,7 @@ class Gpuroster:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
             cand = self._place(ordered, occ, slack, locked, c, W, fill_now, guard,
-                               reach, ceiling, best.score, groups)
+                               reach, ceiling, best.score, groups, shortable)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -288,6 +295,7 @@ class Gpuroster:
         ceiling: float,
         beat: float,
         groups: list[tuple[int, list[int]]],
+        shortable: list[tuple[float, list[int]]],
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -304,6 +312,29 @@ class Gpuroster:
         cand = _Candidate(score=0.0)
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
+        short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
+
+        def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float) -> None:
+            m = b.mask
+            for t in range(k, end):
+                occ[t] |= m
+                if slack[t] < q.gpus:
+                    short[t] += q.gpus - max(0, slack[t])
+                slack[t] -= q.gpus
+            for mask, room in rooms:
+                if m & mask:
+                    inside = (m & mask).bit_count()
+                    for t in range(k, end):
+                        room[t] -= inside
+            # Estimates run over: as for the running jobs, a planned job may hold its GPUs
+            # `guard` steps past its estimate, so the services' room there is smaller for
+            # the jobs placed after it; else a packed plan turns a one-step overrun into
+            # real-time shortfall.
+            for t in range(end, min(end + guard, W)):
+                slack[t] -= q.gpus
+            cand.placed.append(_Placed(q.name, k, b))
+            cand.score += value
+            done.add(q.name)
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
         R = len(locked) - 1
@@ -321,20 +352,28 @@ class Gpuroster:
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
             failed: list[tuple[int, int, int]] = []
+            # Likewise a job worth less a GPU-step than the cheapest shortfall, that no
+            # shortfall paid for, rules out the later ones at least as wide and long, of no
+            # higher priority, on no other nodes.
+            untraded: list[tuple[int, int, int, float]] = []
             for q in jobs:
                 if fill_now and q.name in done:
                     continue
                 d = min(q.estimate_steps, W)
                 size = q.gpus
                 allow = full if q.nodes is None else q.allowed(c)
-                if any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed):
+                skip = any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed)
+                tradable = final and bool(shortable) and not any(
+                    size >= fs and d >= fd and not allow & ~fa and q.priority <= fp
+                    for fs, fd, fa, fp in untraded)
+                if skip and not tradable:
                     if final:
                         left -= reach[q.name]
                         if cand.score + left < bar:
                             return None
                     continue
                 placed = False
-                k = 0
+                k = limit if skip else 0  # ruled out above: only a trade is left to try
                 while k < limit:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
@@ -371,35 +410,68 @@ class Gpuroster:
                     # Fullness counts batch work only: a node shared with a service is
                     # not "snug", since the service moves and jobs do not.
                     b = _best_fit(starts, size, full & ~occ[k], c)
-                    m = b.mask
-                    for t in range(k, end):
-                        occ[t] |= m
-                        slack[t] -= size
-                    for mask, room in rooms:
-                        if m & mask:
-                            inside = (m & mask).bit_count()
-                            for t in range(k, end):
-                                room[t] -= inside
-                    # Estimates run over: as for the running jobs, a planned job may hold
-                    # its GPUs `guard` steps past its estimate, so the services' room there
-                    # is smaller for the jobs placed after it; else a packed plan turns a
-                    # one-step overrun into real-time shortfall.
-                    for t in range(end, min(end + guard, W)):
-                        slack[t] -= size
-                    cand.placed.append(_Placed(q.name, k, b))
-                    cand.score += q.priority * size * (cum[end] - cum[k])
-                    done.add(q.name)
+                    hold(q, k, end, b, q.priority * size * (cum[end] - cum[k]))
                     placed = True
                     break
-                if not placed:
+                if not placed and not skip:
                     failed = [(fs, fd, fa) for fs, fd, fa in failed
                               if not (fs >= size and fd >= d and not fa & ~allow)]
                     failed.append((size, d, allow))
+                if not placed and tradable:
+                    # Nowhere within reach leaves the services their curve. A job wider than
+                    # the curve ever leaves free would wait for ever; so it starts now if
+                    # it is worth more than the shortfall it causes, priced at
+                    # `realtime_penalty` x the priority of the services it takes from. (Now
+                    # only: a trade planned for later holds its block against work that
+                    # could run there, and by then the plan has moved on.)
+                    traded = _trade_now(q, d, allow, occ, slack, short, locked[0], shortable,
+                                        c, W, cum)
+                    if traded is not None:
+                        hold(q, 0, d if d < W else W, *traded)
+                        placed = True
+                    elif q.priority <= shortable[0][0]:
+                        untraded.append((size, d, allow, q.priority))
                 if placed or final:
                     left -= reach[q.name]
                     if cand.score + left < bar:
                         return None
         return cand
+
+
+def _trade_now(
+    q: model.QueuedJob, d: int, allow: int, occ: list[int], slack: list[int], short: list[int],
+    locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster, W: int,
+    cum: tuple[float, ...],
+) -> tuple[model.Block, float] | None:
+    """`q`'s block and value net of the real-time shortfall it causes if it starts now (its
+    GPUs beyond the batch room at each step, taken from the services' curves cheapest
+    first), when a block is free and that value is positive; else None."""
+    size = q.gpus
+    end = d if d < W else W
+    starts = blocks.start_positions(allow & ~reduce(or_, occ[:end], 0) & ~locked, size, c)
+    if not starts:
+        return None
+    net = q.priority * size * cum[end]
+    for t in range(end):
+        over = size - max(0, slack[t])
+        if over <= 0:
+            continue
+        over = min(over, size)
+        weight = cum[t + 1] - cum[t]
+        given = short[t]  # the cheapest GPUs went to jobs placed before this one
+        for price, curve in shortable:
+            have = curve[t] - min(given, curve[t])
+            given -= curve[t] - have
+            take = min(have, over)
+            net -= price * take * weight
+            over -= take
+            if not over:
+                break
+        if over:  # past every curve: the room kept for a running job's overrun
+            net -= shortable[0][0] * over * weight
+        if net <= 0:
+            return None
+    return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[0], c), net
 
 
 def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:

@@ -228,6 +228,33 @@ def test_gpus_a_service_lost_with_a_node_are_replaced_on_top_of_its_swap_cap(
     assert len(bare.service_gpus["chat"]) == 1
 
 
+def _whole_cluster_job_beside_a_service(priority: float, **options: object) -> model.Plan:
+    # One node of 8. The service (priority 5) needs 1 GPU at 4 steps of every 10, so no
+    # 8-GPU job of 20 steps ever fits beside its curve.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    v = model.ServiceState(name="chat", priority=5, max_swap=2,
+                           forecast=((0,) * 6 + (1,) * 4) * 10)
+    q = model.QueuedJob("wide", 8, 20, 0, priority)
+    inp = model.PlanInput(0, c, 24, (q,), (), (v,), frozenset())
+    plan = policies.create("gpuroster", **options).plan(inp)
+    simulating.check_step(inp, plan)
+    return plan
+
+
+def test_a_job_no_trough_can_hold_starts_when_worth_its_shortfall() -> None:
+    # Priority 8 x 8 GPUs = 64 a step, for 20 steps; the shortfall is 1 GPU at 8 of them,
+    # priced 8 x 5 = 40 a GPU-step: worth it, so it starts now, and the service waits.
+    plan = _whole_cluster_job_beside_a_service(8.0)
+    assert plan.starts == {"wide": model.Block(0, 8)}
+    assert plan.service_gpus["chat"] == frozenset()
+    # At priority 1 (8 a step against 40 a GPU-step short, 8 x 20 against 8 x 40) it is not.
+    plan = _whole_cluster_job_beside_a_service(1.0)
+    assert plan.starts == {} and plan.reasons["wide"] == "no room within the plan's horizon"
+    # Neither is the priority-8 job at a penalty that makes the curve a hard floor.
+    plan = _whole_cluster_job_beside_a_service(8.0, realtime_penalty=1e9)
+    assert plan.starts == {}
+
+
 def test_a_service_moves_off_a_block_planned_for_next_step_within_its_node() -> None:
     # One node of 8; the service holds GPU 6 and needs 1, which leaves 7 for batch work.
     # Running: x on 0-3, y on 5 until step 8. "a" (2 GPUs) is planned next step on 6-7,
