@@ -352,10 +352,10 @@ class Gpuroster:
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
             failed: list[tuple[int, int, int]] = []
-            # Likewise a job worth less a GPU-step than the cheapest shortfall, that no
-            # shortfall paid for, rules out the later ones at least as wide and long, of no
-            # higher priority, on no other nodes.
-            untraded: list[tuple[int, int, int, float]] = []
+            # Likewise a trade that did not pay rules out the later jobs of the same shape
+            # and no higher priority (the room only shrinks; the cheapest shortfall goes
+            # first): by shape, the highest priority it failed at.
+            untraded: dict[tuple[int, int, int], float] = {}
             for q in jobs:
                 if fill_now and q.name in done:
                     continue
@@ -363,9 +363,8 @@ class Gpuroster:
                 size = q.gpus
                 allow = full if q.nodes is None else q.allowed(c)
                 skip = any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed)
-                tradable = final and bool(shortable) and not any(
-                    size >= fs and d >= fd and not allow & ~fa and q.priority <= fp
-                    for fs, fd, fa, fp in untraded)
+                tradable = (final and bool(shortable)
+                            and q.priority > untraded.get((size, d, allow), -math.inf))
                 if skip and not tradable:
                     if final:
                         left -= reach[q.name]
@@ -429,8 +428,8 @@ class Gpuroster:
                     if traded is not None:
                         hold(q, 0, d if d < W else W, *traded)
                         placed = True
-                    elif q.priority <= shortable[0][0]:
-                        untraded.append((size, d, allow, q.priority))
+                    else:
+                        untraded[size, d, allow] = q.priority
                 if placed or final:
                     left -= reach[q.name]
                     if cand.score + left < bar:
