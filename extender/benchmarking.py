@@ -62,14 +62,7 @@ def result_document(row: Row) -> dict[str, Any]:
         "gpus": row.scenario.cluster.gpus,
         "steps": row.scenario.duration_steps,
         "grid": row.run.named_grid(),
-        "metrics": {
-            "utilization": m.utilization,
-            "value": m.value,
-            "realtime_shortfall": m.realtime_shortfall,
-            "realtime_service_level": m.realtime_service_level,
-            "jobs_completed": m.jobs_completed,
-            "jobs_total": m.jobs_total,
-        },
+        "metrics": m.result_block(),
         "plan_ms": row.plan_ms,
         "waits": [w.__dict__ for w in m.waits],
     }

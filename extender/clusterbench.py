@@ -133,14 +133,7 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
         "grid": [
             [r.replay.names[i] if i >= 0 else None for i in row] for row in r.replay.grid.tolist()
         ],
-        "metrics": {
-            "utilization": m.utilization,
-            "value": m.value,
-            "realtime_shortfall": m.realtime_shortfall,
-            "realtime_service_level": m.realtime_service_level,
-            "jobs_completed": m.jobs_completed,
-            "jobs_total": m.jobs_total,
-        },
+        "metrics": m.result_block(),
         "source": "cluster",
         # per service and step: pods in plus pods out since the step before (the swap
         # cap as the cluster can show it; `gpuroster check` judges it from here)

@@ -36,6 +36,17 @@ class Metrics:
     def top_priority_p95_wait(self) -> float:
         return self.waits[-1].p95 if self.waits else 0.0
 
+    def result_block(self) -> dict[str, Any]:
+        """The ``metrics`` object of a MODEL.md result file."""
+        return {
+            "utilization": self.utilization,
+            "value": self.value,
+            "realtime_shortfall": self.realtime_shortfall,
+            "realtime_service_level": self.realtime_service_level,
+            "jobs_completed": self.jobs_completed,
+            "jobs_total": self.jobs_total,
+        }
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["waits"] = [asdict(w) for w in self.waits]
