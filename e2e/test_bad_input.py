@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from e2e.harness import objects
-from e2e.test_extender import Extender, extender, wait_for  # noqa: F401
+from e2e.harness.waiting import wait_for
+from e2e.test_extender import Extender, extender  # noqa: F401
 
 GOOD = {"gpuroster.io/workload": "training", "gpuroster.io/expected-duration": "30s"}
 

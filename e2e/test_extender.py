@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.harness import objects, processes
+from e2e.harness.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = 2.0
@@ -128,17 +129,6 @@ def gang_pods(core: Any, ns: str, name: str, pods: int, gpus: int, *, runtime: s
         core.create_namespaced_pod(ns, body)
         names.append(f"{name}-{i}")
     return names
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def pods_of(core: Any, ns: str, names: list[str]) -> list[Any]:

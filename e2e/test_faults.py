@@ -41,6 +41,7 @@ import pytest
 
 from e2e.cluster import Cluster, binaries_dir, free_port
 from e2e.harness import objects, processes
+from e2e.harness.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = "gpuroster.io/block"
@@ -210,17 +211,6 @@ def gang(core: Any, ns: str, name: str, pods: int, gpus: int, *, runtime: str,
                                                    annotations=notes))
         names.append(f"{name}-{i}")
     return names
-
-
-def wait_for(check: Any, timeout: float, what: str, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def bound(core: Any, ns: str, names: list[str]) -> list[Any] | None:

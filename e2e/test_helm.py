@@ -43,6 +43,7 @@ from e2e import accounts
 from e2e.accounts import Access
 from e2e.cluster import Cluster, free_port
 from e2e.harness import objects, processes
+from e2e.harness.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -168,14 +169,6 @@ def manifest_objects(helm: Helm, release: str, namespace: str) -> set[tuple[str,
             ns = "" if cluster_scoped else doc["metadata"].get("namespace", namespace)
             out.add((doc["kind"], ns, doc["metadata"]["name"]))
     return out
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
 
 
 def release_name(namespace: str) -> str:

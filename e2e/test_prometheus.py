@@ -24,7 +24,8 @@ import pytest
 
 from e2e.cluster import Cluster, free_port
 from e2e.harness import objects, processes
-from e2e.test_extender import Extender, wait_for
+from e2e.harness.waiting import wait_for
+from e2e.test_extender import Extender
 
 pytestmark = pytest.mark.e2e
 
