@@ -66,6 +66,8 @@ class Options:
         "priority", "priority-size", "reach", "priority-long", "priority-short")
     # One more pass in priority order that first starts every job that fits now.
     fill_now: bool = True
+    # One more when some job fits nowhere beside the services' curve: its trade first.
+    trade_first: bool = True
 
 
 @dataclass
@@ -197,9 +199,22 @@ class Gpuroster:
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
         # Trying several orders pays on small queues; on long ones one pass is the budget.
-        passes = [(order, False) for order in o.orders]
+        passes = [(order, "") for order in o.orders]
         if o.fill_now:
-            passes.append(("priority", True))
+            passes.append(("priority", "fill-now"))
+        # Jobs the services' curve never leaves room for within reach (whatever other batch
+        # work does) start only by a trade, and only now: once a block is free for one, a
+        # pass that tries their trades before anything else takes that block.
+        trade_first: list[str] = []
+        if inp.services and o.trade_first:
+            longest_fit: dict[int, int] = {}
+            for q in queue:
+                if q.gpus not in longest_fit:
+                    longest_fit[q.gpus] = _curve_room(capacity, q.gpus, len(locked) - 1)
+                if min(q.estimate_steps, W) > longest_fit[q.gpus]:
+                    trade_first.append(q.name)
+        if trade_first:
+            passes.append(("priority", "trade-first"))
         if len(queue) > o.multi_order_max_queue:
             passes = passes[:1]
         # Every job starting now is the most any order can score: once an order
@@ -219,20 +234,21 @@ class Gpuroster:
         # (a job placed over the curve takes the cheapest GPUs first).
         shortable = sorted(((o.realtime_penalty * v.priority, curves[v.name])
                             for v in inp.services), key=lambda x: x[0])
-        queues: list[tuple[int, list[model.QueuedJob], bool]] = []
-        for i, (order, fill_now) in enumerate(passes):
+        queues: list[tuple[int, list[model.QueuedJob], str]] = []
+        for i, (order, mode) in enumerate(passes):
             ordered = starving + _ordered(rest, order)
-            key = ("fill-now" if fill_now else "",) + tuple(q.name for q in ordered)
+            key = (mode,) + tuple(q.name for q in ordered)
             if key not in seen:
                 seen.add(key)
-                queues.append((i, ordered, fill_now))
+                queues.append((i, ordered, mode))
         queues.sort(key=lambda x: x[0] != self._last_winner)
         best_at = len(passes)
-        for i, ordered, fill_now in queues:
+        for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
-            cand = self._place(ordered, occ, slack, locked, c, W, fill_now, guard,
-                               reach, ceiling, best.score, groups, shortable)
+            trades = trade_first if mode == "trade-first" else None
+            cand = self._place(ordered, occ, slack, locked, c, W, mode == "fill-now", guard,
+                               reach, ceiling, best.score, groups, shortable, trades)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -296,6 +312,7 @@ class Gpuroster:
         beat: float,
         groups: list[tuple[int, list[int]]],
         shortable: list[tuple[float, list[int]]],
+        trade_first: list[str] | None = None,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -345,9 +362,15 @@ class Gpuroster:
             # reservation of an earlier one that cannot start yet (the objective decides
             # whether that delay is worth it).
             passes = [(queue, 1), (queue, R)]
+        if trade_first:
+            # First the trades of the jobs only a trade can start (limit 0: no search
+            # beside the curve), then every job in queue order around them.
+            wanted = set(trade_first)
+            passes = [([q for q in queue if q.name in wanted], 0), (queue, R)]
         done: set[str] = set()
         for phase, (jobs, limit) in enumerate(passes):
             final = phase == len(passes) - 1
+            trading = final or limit == 0
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -357,13 +380,13 @@ class Gpuroster:
             # first): by shape, the highest priority it failed at.
             untraded: dict[tuple[int, int, int], float] = {}
             for q in jobs:
-                if fill_now and q.name in done:
+                if q.name in done:
                     continue
                 d = min(q.estimate_steps, W)
                 size = q.gpus
                 allow = full if q.nodes is None else q.allowed(c)
                 skip = any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed)
-                tradable = (final and bool(shortable)
+                tradable = (trading and bool(shortable)
                             and q.priority > untraded.get((size, d, allow), -math.inf))
                 if skip and not tradable:
                     if final:
@@ -412,7 +435,7 @@ class Gpuroster:
                     hold(q, k, end, b, q.priority * size * (cum[end] - cum[k]))
                     placed = True
                     break
-                if not placed and not skip:
+                if not placed and not skip and limit:
                     failed = [(fs, fd, fa) for fs, fd, fa in failed
                               if not (fs >= size and fd >= d and not fa & ~allow)]
                     failed.append((size, d, allow))
@@ -471,6 +494,21 @@ def _trade_now(
         if net <= 0:
             return None
     return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[0], c), net
+
+
+def _curve_room(capacity: list[int], size: int, R: int) -> int:
+    """The longest run a job of `size` GPUs can start before step `R` and keep beside the
+    services' curves (`capacity`, the room they leave at each step): the window's length
+    when such a run reaches its end (whatever is past it, the plan cannot see)."""
+    W = len(capacity)
+    longest = run = 0
+    for k in range(W - 1, -1, -1):  # run: steps from k on with room for `size`
+        run = run + 1 if capacity[k] >= size else 0
+        if k < R:
+            if run == W - k:
+                return W
+            longest = max(longest, run)
+    return longest
 
 
 def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:

@@ -255,6 +255,25 @@ def test_a_job_no_trough_can_hold_starts_when_worth_its_shortfall() -> None:
     assert plan.starts == {}
 
 
+def test_a_trade_goes_first_when_every_order_gives_its_block_away() -> None:
+    # As above, with "first" (priority 9, 4 GPUs, 60 steps) queued too. Every queue order
+    # places "first" before "wide" (by priority, and by reach: 81 x 4 x sqrt(60) against
+    # 64 x 8 x sqrt(20)), and then no 8-GPU block is free now for 60 steps: the trade
+    # never comes. Trading first is worth more (64 a step for 20 steps, less 8 GPU-steps
+    # short at 40, against "first" 20 steps later at 36 a step), so that plan wins.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    v = model.ServiceState(name="chat", priority=5, max_swap=2,
+                           forecast=((0,) * 6 + (1,) * 4) * 10)
+    queued = (model.QueuedJob("wide", 8, 20, 0, 8.0), model.QueuedJob("first", 4, 60, 0, 9.0))
+    inp = model.PlanInput(0, c, 24, queued, (), (v,), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.starts == {"wide": model.Block(0, 8)}
+    assert plan.planned_start["first"] == 21  # "wide" may overrun a step
+    alone = policies.create("gpuroster", trade_first=False).plan(inp)
+    assert alone.starts == {"first": model.Block(0, 4)} and "wide" not in alone.planned_start
+
+
 def test_a_service_moves_off_a_block_planned_for_next_step_within_its_node() -> None:
     # One node of 8; the service holds GPU 6 and needs 1, which leaves 7 for batch work.
     # Running: x on 0-3, y on 5 until step 8. "a" (2 GPUs) is planned next step on 6-7,
