@@ -140,7 +140,6 @@ class Gpuroster:
         o = self.options
         c = inp.cluster
         now, H = inp.now, inp.horizon
-        all_gpus = (1 << c.gpus) - 1
         unavailable = blocks.mask_of(inp.unavailable_gpus)
         # By name: every order below sorts stably, so ties go by name and the plan does not
         # depend on how the caller listed the jobs (the simulator as its file does, the
@@ -174,24 +173,7 @@ class Gpuroster:
         if inp.services:
             for k in range(W):
                 capacity[k] -= overrun[k]
-        # Where services sit: at step now a service can give up only so many of its
-        # GPUs; later it moves off its lowest ones at the pace its swap cap allows.
-        # A block may only be planned where the services will have left by then.
-        R = max(H, min(W - 1, int(H * o.reserve_factor)))
-        locked = [0] * (R + 1)
-        for v in inp.services:
-            want = curves[v.name][0]
-            cap = None if now == 0 else v.max_swap + v.lost
-            first = min(
-                max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap)
-            )
-            pace = len(v.current_gpus) if cap is None else max(0, v.max_swap // 2)
-            ascending = sorted(v.current_gpus)
-            for k in range(R + 1):
-                gone = min(len(ascending), first + k * pace)
-                if gone == len(ascending):
-                    break
-                locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
+        locked = _service_locks(inp, curves, max(H, min(W - 1, int(H * o.reserve_factor))))
 
         starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
@@ -205,14 +187,8 @@ class Gpuroster:
         # Jobs the services' curve never leaves room for within reach (whatever other batch
         # work does) start only by a trade, and only now: once a block is free for one, a
         # pass that tries their trades before anything else takes that block.
-        trade_first: list[str] = []
-        if inp.services and o.trade_first:
-            longest_fit: dict[int, int] = {}
-            for q in queue:
-                if q.gpus not in longest_fit:
-                    longest_fit[q.gpus] = _curve_room(capacity, q.gpus, len(locked) - 1)
-                if min(q.estimate_steps, W) > longest_fit[q.gpus]:
-                    trade_first.append(q.name)
+        trade_first = _only_by_trade(queue, capacity, len(locked) - 1) if (
+            inp.services and o.trade_first) else []
         if trade_first:
             passes.append(("priority", "trade-first"))
         if len(queue) > o.multi_order_max_queue:
@@ -270,15 +246,23 @@ class Gpuroster:
             if name not in plan.planned_start:
                 plan.reasons[name] = "no room within the plan's horizon"
 
-        # Services at step now: keep, grow into the top idle GPUs, shed the lowest.
-        idle = all_gpus & ~used_now
+        self._place_services(inp, plan, best.placed, used_now, curves)
+        return plan
+
+    def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
+                        used_now: int, curves: dict[str, list[int]]) -> None:
+        """The services' GPUs at step now: keep, grow into the top idle GPUs, shed the
+        lowest, and move off the blocks of jobs planned to start soon."""
+        c = inp.cluster
+        now = inp.now
+        idle = ((1 << c.gpus) - 1) & ~used_now
         for v in inp.services:
             idle &= ~blocks.mask_of(v.current_gpus)
         # Blocks of jobs planned to start while the services can still move, by step:
         # wanted[i], those planned i + 1 steps from now.
-        wanted = [0] * o.migrate_steps
-        for p in best.placed:
-            if 0 < p.step <= o.migrate_steps:
+        wanted = [0] * self.options.migrate_steps
+        for p in placed:
+            if 0 < p.step <= self.options.migrate_steps:
                 wanted[p.step - 1] |= p.block.mask
         for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
             own = blocks.mask_of(v.current_gpus) & ~used_now
@@ -292,8 +276,7 @@ class Gpuroster:
             # services still to come this step: one moving off a GPU must not leave
             # another short of its curve while that GPU sits idle.
             idle = (idle | own) & ~blocks.mask_of(gpus)
-            plan.service_counts[v.name] = tuple(curves[v.name][:H])
-        return plan
+            plan.service_counts[v.name] = tuple(curves[v.name][:inp.horizon])
 
     # --- one queue order ----------------------------------------------------------
 
@@ -494,6 +477,42 @@ def _trade_now(
         if net <= 0:
             return None
     return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[0], c), net
+
+
+def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int) -> list[int]:
+    """GPUs the services still hold at steps now .. now+R: at step now a service can give
+    up only so many of its GPUs; later it moves off its lowest ones at the pace its swap
+    cap allows. A block may only be planned where the services will have left by then."""
+    locked = [0] * (R + 1)
+    for v in inp.services:
+        want = curves[v.name][0]
+        cap = None if inp.now == 0 else v.max_swap + v.lost
+        first = min(
+            max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap)
+        )
+        pace = len(v.current_gpus) if cap is None else max(0, v.max_swap // 2)
+        ascending = sorted(v.current_gpus)
+        for k in range(R + 1):
+            gone = min(len(ascending), first + k * pace)
+            if gone == len(ascending):
+                break
+            locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
+    return locked
+
+
+def _only_by_trade(queue: list[model.QueuedJob], capacity: list[int], R: int) -> list[str]:
+    """The jobs that no start before step `R` keeps beside the services' curves
+    (`capacity`: the room they leave at each step) for their whole estimate: only a trade
+    starts them."""
+    W = len(capacity)
+    longest_fit: dict[int, int] = {}
+    out = []
+    for q in queue:
+        if q.gpus not in longest_fit:
+            longest_fit[q.gpus] = _curve_room(capacity, q.gpus, R)
+        if min(q.estimate_steps, W) > longest_fit[q.gpus]:
+            out.append(q.name)
+    return out
 
 
 def _curve_room(capacity: list[int], size: int, R: int) -> int:
