@@ -81,6 +81,8 @@ class _Placed:
 class _Candidate:
     placed: list[_Placed] = field(default_factory=list)
     score: float = -math.inf
+    # GPUs of the services' curves given up to traded jobs, per step (empty: none)
+    short: list[int] = field(default_factory=list)
 
 
 def service_curve(
@@ -247,6 +249,18 @@ class Gpuroster:
                 plan.reasons[name] = "no room within the plan's horizon"
 
         self._place_services(inp, plan, best.placed, used_now, curves)
+        # The counts the plan gives the services: at step now what they hold, later their
+        # curves less what a trade takes from them (the cheapest first, as it was priced).
+        given = best.short[:H] if best.short else []
+        for v in sorted(inp.services, key=lambda v: o.realtime_penalty * v.priority):
+            counts = list(curves[v.name][:H])
+            for k, g in enumerate(given):
+                take = min(g, counts[k])
+                counts[k] -= take
+                given[k] -= take
+            if counts:
+                counts[0] = len(plan.service_gpus[v.name])
+            plan.service_counts[v.name] = tuple(counts)
         return plan
 
     def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
@@ -276,7 +290,6 @@ class Gpuroster:
             # services still to come this step: one moving off a GPU must not leave
             # another short of its curve while that GPU sits idle.
             idle = (idle | own) & ~blocks.mask_of(gpus)
-            plan.service_counts[v.name] = tuple(curves[v.name][:inp.horizon])
 
     # --- one queue order ----------------------------------------------------------
 
@@ -313,6 +326,7 @@ class Gpuroster:
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
+        cand.short = short
 
         def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float) -> None:
             m = b.mask

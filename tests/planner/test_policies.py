@@ -247,12 +247,34 @@ def test_a_job_no_trough_can_hold_starts_when_worth_its_shortfall() -> None:
     plan = _whole_cluster_job_beside_a_service(8.0)
     assert plan.starts == {"wide": model.Block(0, 8)}
     assert plan.service_gpus["chat"] == frozenset()
+    # The plan's counts say so too: nothing for the service while "wide" runs (its first
+    # 20 steps), not the forecast it is short of.
+    forecast = ((0,) * 6 + (1,) * 4) * 10
+    assert plan.service_counts["chat"] == (0,) * 20 + forecast[20:24]
     # At priority 1 (8 a step against 40 a GPU-step short, 8 x 20 against 8 x 40) it is not.
     plan = _whole_cluster_job_beside_a_service(1.0)
     assert plan.starts == {} and plan.reasons["wide"] == "no room within the plan's horizon"
+    assert plan.service_counts["chat"] == forecast[:24]
     # Neither is the priority-8 job at a penalty that makes the curve a hard floor.
     plan = _whole_cluster_job_beside_a_service(8.0, realtime_penalty=1e9)
     assert plan.starts == {}
+
+
+def test_a_trade_takes_from_the_cheapest_service_and_the_counts_say_so() -> None:
+    # One node of 8. "low" (priority 2) wants 3 GPUs, "high" (priority 5) 2, all day: 3 are
+    # left, so the 4-GPU job never fits beside them and trades one GPU-step a step. It takes
+    # it from "low" (16 a step against 40); "high" keeps its curve.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    low = model.ServiceState(name="low", priority=2, max_swap=2, forecast=(3,) * 48)
+    high = model.ServiceState(name="high", priority=5, max_swap=2, forecast=(2,) * 48)
+    q = model.QueuedJob("job", 4, 10, 0, 6.0)
+    inp = model.PlanInput(0, c, 24, (q,), (), (low, high), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.starts == {"job": model.Block(0, 4)}
+    assert len(plan.service_gpus["high"]) == 2 and len(plan.service_gpus["low"]) == 2
+    assert plan.service_counts["low"] == (2,) * 10 + (3,) * 14
+    assert plan.service_counts["high"] == (2,) * 24
 
 
 def test_a_trade_goes_first_when_every_order_gives_its_block_away() -> None:
