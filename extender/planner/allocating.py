@@ -14,7 +14,9 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    nothing starves that some stretch of the services' curve can hold. A job the
    curve never leaves room for starts now when a block is free and it is worth
    more than the real-time shortfall it causes, priced at `realtime_penalty`
-   times the services' priority (the cheapest services first).
+   times the services' priority (the cheapest services first); one pass tries
+   those trades before placing anything else, and the services' planned
+   counts show what a trade leaves them.
 3. Blocks are chosen best-fit: the fullest node that fits, at a size-aligned
    offset when one is free, low GPUs first (services live at the top), so the
    free pool keeps the shapes later work can use.
