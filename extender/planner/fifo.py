@@ -29,6 +29,15 @@ def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
     return out
 
 
+def free_after_running(inp: model.PlanInput) -> int:
+    """The GPUs neither running jobs nor lost nodes hold, as a mask."""
+    free = (1 << inp.cluster.gpus) - 1
+    free &= ~blocks.mask_of(inp.unavailable_gpus)
+    for r in inp.running:
+        free &= ~r.block.mask
+    return free
+
+
 class Fifo:
     name = "fifo"
 
@@ -37,12 +46,9 @@ class Fifo:
         plan = model.Plan(now=inp.now)
         reserved = reservation_ranges(inp)
         plan.service_gpus = reserved
-        free = (1 << c.gpus) - 1
+        free = free_after_running(inp)
         for gpus in reserved.values():
             free &= ~blocks.mask_of(gpus)
-        free &= ~blocks.mask_of(inp.unavailable_gpus)
-        for r in inp.running:
-            free &= ~r.block.mask
         queue = sorted(inp.queued, key=lambda q: q.arrival_step)  # stable: file order on ties
         for q in queue:
             b = blocks.lowest(free & q.allowed(c), q.gpus, c)

@@ -19,21 +19,13 @@ def _priority_order(queued: tuple[model.QueuedJob, ...]) -> list[model.QueuedJob
     return sorted(queued, key=lambda q: (-q.priority, q.arrival_step))
 
 
-def _free_after_running(inp: model.PlanInput) -> int:
-    free = (1 << inp.cluster.gpus) - 1
-    free &= ~blocks.mask_of(inp.unavailable_gpus)
-    for r in inp.running:
-        free &= ~r.block.mask
-    return free
-
-
 class PrioritySkip:
     name = "priority-skip"
 
     def plan(self, inp: model.PlanInput) -> model.Plan:
         c = inp.cluster
         plan = model.Plan(now=inp.now)
-        free = _free_after_running(inp)
+        free = fifo.free_after_running(inp)
         for v in inp.services:
             free &= ~blocks.mask_of(v.current_gpus)
         # Services first: they keep their GPUs and scale to last step's demand.
