@@ -16,7 +16,10 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    more than the real-time shortfall it causes, priced at `realtime_penalty`
    times the services' priority (the cheapest services first); one pass tries
    those trades before placing anything else, and the services' planned
-   counts show what a trade leaves them.
+   counts show what a trade leaves them. Such a job past `max_wait_steps` does
+   not starve either: it trades at the first step a block of it frees (work
+   planned after it goes around that), and the services give up their GPUs in
+   it ahead of time, at their swap cap.
 3. Blocks are chosen best-fit: the fullest node that fits, at a size-aligned
    offset when one is free, low GPUs first (services live at the top), so the
    free pool keeps the shapes later work can use.
@@ -70,6 +73,9 @@ class Options:
     fill_now: bool = True
     # One more when some job fits nowhere beside the services' curve: its trade first.
     trade_first: bool = True
+    # A job only a trade starts that waited past `max_wait_steps` trades at the first
+    # step a block of it frees, instead of waiting for one free now.
+    drain: bool = True
 
 
 @dataclass
@@ -77,6 +83,7 @@ class _Placed:
     name: str
     step: int  # offset from now
     block: model.Block
+    traded: bool = False  # over the services' curve, at a price
 
 
 @dataclass
@@ -177,7 +184,8 @@ class Gpuroster:
         if inp.services:
             for k in range(W):
                 capacity[k] -= overrun[k]
-        locked = _service_locks(inp, curves, max(H, min(W - 1, int(H * o.reserve_factor))))
+        R = max(H, min(W - 1, int(H * o.reserve_factor)))
+        locked = _service_locks(inp, curves, R)
 
         starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
@@ -191,8 +199,16 @@ class Gpuroster:
         # Jobs the services' curve never leaves room for within reach (whatever other batch
         # work does) start only by a trade, and only now: once a block is free for one, a
         # pass that tries their trades before anything else takes that block.
-        trade_first = _only_by_trade(queue, capacity, len(locked) - 1) if (
-            inp.services and o.trade_first) else []
+        only_trade = _only_by_trade(queue, capacity, R) if inp.services else []
+        trade_first = only_trade if o.trade_first else []
+        # A job only a trade starts, waiting past the starvation bound, does not wait for a
+        # block to be free now (other work would keep taking a GPU of it): it trades at the
+        # first step a block frees, and work planned after it goes around that.
+        starved = frozenset(q.name for q in starving)
+        drain = starved & frozenset(only_trade) if o.drain else frozenset()
+        # What the services still hold if a trade takes their GPUs: they shrink at their
+        # swap cap.
+        shrunk = _service_locks(inp, curves, R, shrink=True) if drain else locked
         if trade_first:
             passes.append(("priority", "trade-first"))
         if len(queue) > o.multi_order_max_queue:
@@ -227,8 +243,9 @@ class Gpuroster:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
             trades = trade_first if mode == "trade-first" else None
-            cand = self._place(ordered, occ, slack, locked, c, W, mode == "fill-now", guard,
-                               reach, ceiling, best.score, groups, shortable, trades)
+            cand = self._place(ordered, occ, slack, (locked, shrunk), c, W, mode == "fill-now",
+                               guard, reach, ceiling, best.score, groups, shortable, trades,
+                               starved, drain)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -245,28 +262,41 @@ class Gpuroster:
                 plan.starts[p.name] = p.block
                 used_now |= p.block.mask
             else:
-                plan.reasons[p.name] = f"planned start at step {now + p.step}"
+                plan.reasons[p.name] = f"planned start at step {now + p.step}" + (
+                    ", over the services' curve: waited past the starvation bound, and no "
+                    "block of its size is ever left beside the curve" if p.traded else "")
         for name in queued:
             if name not in plan.planned_start:
                 plan.reasons[name] = "no room within the plan's horizon"
 
-        self._place_services(inp, plan, best.placed, used_now, curves)
-        # The counts the plan gives the services: at step now what they hold, later their
-        # curves less what a trade takes from them (the cheapest first, as it was priced).
-        given = best.short[:H] if best.short else []
+        # The counts the plan gives the services: their curves less what a trade takes
+        # from them (the cheapest first, as it was priced).
+        given = best.short[:] if best.short else []
+        counts: dict[str, list[int]] = {}
         for v in sorted(inp.services, key=lambda v: o.realtime_penalty * v.priority):
-            counts = list(curves[v.name][:H])
+            counts[v.name] = list(curves[v.name] if given else curves[v.name][:H])
             for k, g in enumerate(given):
-                take = min(g, counts[k])
-                counts[k] -= take
+                take = min(g, counts[v.name][k])
+                counts[v.name][k] -= take
                 given[k] -= take
-            if counts:
-                counts[0] = len(plan.service_gpus[v.name])
-            plan.service_counts[v.name] = tuple(counts)
+        # Step now: the curve, unless a trade planned later takes more of a service than
+        # its swap cap lets it give up by then; it starts giving up GPUs now.
+        targets = {}
+        for v in inp.services:
+            target = curves[v.name][0]
+            if inp.now > 0 and best.short and v.max_swap > 0:
+                for k in range(1, min(R + 1, W)):
+                    if counts[v.name][k] < curves[v.name][k]:
+                        target = min(target, counts[v.name][k] + v.max_swap * k)
+            targets[v.name] = max(0, target)
+        self._place_services(inp, plan, best.placed, used_now, targets)
+        for v in inp.services:  # at step now, what they hold
+            plan.service_counts[v.name] = tuple(
+                [len(plan.service_gpus[v.name])] + counts[v.name][1:H])
         return plan
 
     def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
-                        used_now: int, curves: dict[str, list[int]]) -> None:
+                        used_now: int, targets: dict[str, int]) -> None:
         """The services' GPUs at step now: keep, grow into the top idle GPUs, shed the
         lowest, and move off the blocks of jobs planned to start soon."""
         c = inp.cluster
@@ -284,7 +314,7 @@ class Gpuroster:
             own = blocks.mask_of(v.current_gpus) & ~used_now
             cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
-                v.current_gpus, curves[v.name][0], (idle | own) & v.allowed(c), cap,
+                v.current_gpus, targets[v.name], (idle | own) & v.allowed(c), cap,
                 tuple(wanted),
             )
             plan.service_gpus[v.name] = gpus
@@ -300,7 +330,7 @@ class Gpuroster:
         queue: list[model.QueuedJob],
         occ0: list[int],
         slack0: list[int],
-        locked: list[int],
+        locks: tuple[list[int], list[int]],
         c: model.Cluster,
         W: int,
         fill_now: bool,
@@ -311,6 +341,8 @@ class Gpuroster:
         groups: list[tuple[int, list[int]]],
         shortable: list[tuple[float, list[int]]],
         trade_first: list[str] | None = None,
+        starving: frozenset[str] = frozenset(),
+        drain: frozenset[str] = frozenset(),
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -319,6 +351,8 @@ class Gpuroster:
         bounds the pass: below `beat`, it cannot win and is dropped unfinished.
         """
         o = self.options
+        # The services' GPUs at each step: following their curves, and shrinking for a trade.
+        locked, shrunk = locks
         left = ceiling  # the reach of the jobs not yet placed or given up on
         bar = beat - 1e-9 * max(1.0, abs(beat)) if o.decay >= 0 else -math.inf
         occ = occ0[:]
@@ -330,7 +364,8 @@ class Gpuroster:
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
         cand.short = short
 
-        def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float) -> None:
+        def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float,
+                 traded: bool = False) -> None:
             m = b.mask
             for t in range(k, end):
                 occ[t] |= m
@@ -348,28 +383,33 @@ class Gpuroster:
             # real-time shortfall.
             for t in range(end, min(end + guard, W)):
                 slack[t] -= q.gpus
-            cand.placed.append(_Placed(q.name, k, b))
+            cand.placed.append(_Placed(q.name, k, b, traded))
             cand.score += value
             done.add(q.name)
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
         R = len(locked) - 1
-        passes = [(queue, R)]
+        # (jobs, the steps their starts may reach, whether they may trade)
+        passes = [(queue, R, True)]
         if fill_now:
             # First every job that can start now, in queue order, then the rest planned
             # around them: a job that fits in today's hole is not kept out of it by the
             # reservation of an earlier one that cannot start yet (the objective decides
             # whether that delay is worth it).
-            passes = [(queue, 1), (queue, R)]
+            passes = [(queue, 1, False), (queue, R, True)]
         if trade_first:
             # First the trades of the jobs only a trade can start (limit 0: no search
             # beside the curve), then every job in queue order around them.
             wanted = set(trade_first)
-            passes = [([q for q in queue if q.name in wanted], 0), (queue, R)]
+            passes = [([q for q in queue if q.name in wanted], 0, True), (queue, R, True)]
+        if starving:
+            # Jobs past the starvation bound are planned before anything else in every
+            # pass, the fill of today's holes included: else each step's newcomers that
+            # fit now push them back a step.
+            passes.insert(0, ([q for q in queue if q.name in starving], R, True))
         done: set[str] = set()
-        for phase, (jobs, limit) in enumerate(passes):
+        for phase, (jobs, limit, trading) in enumerate(passes):
             final = phase == len(passes) - 1
-            trading = final or limit == 0
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -444,11 +484,21 @@ class Gpuroster:
                     # it is worth more than the shortfall it causes, priced at
                     # `realtime_penalty` x the priority of the services it takes from. (Now
                     # only: a trade planned for later holds its block against work that
-                    # could run there, and by then the plan has moved on.)
-                    traded = _trade_now(q, d, allow, occ, slack, short, locked[0], shortable,
-                                        c, W, cum)
+                    # could run there, and by then the plan has moved on. Except for a job
+                    # past the starvation bound: it takes the first step a block frees, and
+                    # the services shrink towards it at their swap cap.)
+                    traded = _trade(q, 0, d, allow, occ, slack, short,
+                                    (shrunk if q.name in drain else locked)[0], shortable,
+                                    c, W, cum)
+                    at = 0
+                    if traded is None and q.name in drain:
+                        for at in range(1, R + 1):
+                            traded = _trade(q, at, d, allow, occ, slack, short, shrunk[at],
+                                            shortable, c, W, cum)
+                            if traded is not None:
+                                break
                     if traded is not None:
-                        hold(q, 0, d if d < W else W, *traded)
+                        hold(q, at, at + d if at + d < W else W, *traded, traded=True)
                         placed = True
                     else:
                         untraded[size, d, allow] = q.priority
@@ -459,21 +509,21 @@ class Gpuroster:
         return cand
 
 
-def _trade_now(
-    q: model.QueuedJob, d: int, allow: int, occ: list[int], slack: list[int], short: list[int],
-    locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster, W: int,
-    cum: tuple[float, ...],
+def _trade(
+    q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: list[int],
+    short: list[int], locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
+    W: int, cum: tuple[float, ...],
 ) -> tuple[model.Block, float] | None:
-    """`q`'s block and value net of the real-time shortfall it causes if it starts now (its
-    GPUs beyond the batch room at each step, taken from the services' curves cheapest
-    first), when a block is free and that value is positive; else None."""
+    """`q`'s block and value net of the real-time shortfall it causes if it starts at step
+    `k` (its GPUs beyond the batch room at each step, taken from the services' curves
+    cheapest first), when a block is free and that value is positive; else None."""
     size = q.gpus
-    end = d if d < W else W
-    starts = blocks.start_positions(allow & ~reduce(or_, occ[:end], 0) & ~locked, size, c)
+    end = k + d if k + d < W else W
+    starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
     if not starts:
         return None
-    net = q.priority * size * cum[end]
-    for t in range(end):
+    net = q.priority * size * (cum[end] - cum[k])
+    for t in range(k, end):
         over = size - max(0, slack[t])
         if over <= 0:
             continue
@@ -492,21 +542,27 @@ def _trade_now(
             net -= shortable[0][0] * over * weight
         if net <= 0:
             return None
-    return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[0], c), net
+    return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
 
 
-def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int) -> list[int]:
+def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
+                   shrink: bool = False) -> list[int]:
     """GPUs the services still hold at steps now .. now+R: at step now a service can give
     up only so many of its GPUs; later it moves off its lowest ones at the pace its swap
-    cap allows. A block may only be planned where the services will have left by then."""
+    cap allows. A block may only be planned where the services will have left by then.
+    With `shrink`, a trade takes their GPUs instead: they go down towards none, one GPU of
+    swap a GPU given up."""
     locked = [0] * (R + 1)
     for v in inp.services:
         want = curves[v.name][0]
         cap = None if inp.now == 0 else v.max_swap + v.lost
-        first = min(
-            max(0, len(v.current_gpus) - want), scaling.releasable(v.current_gpus, want, cap)
-        )
-        pace = len(v.current_gpus) if cap is None else max(0, v.max_swap // 2)
+        if shrink:  # giving GPUs up, acquiring none: one GPU of swap each
+            first = len(v.current_gpus) if cap is None else min(len(v.current_gpus), cap)
+        else:
+            first = min(max(0, len(v.current_gpus) - want),
+                        scaling.releasable(v.current_gpus, want, cap))
+        pace = (len(v.current_gpus) if cap is None
+                else max(0, v.max_swap if shrink else v.max_swap // 2))
         ascending = sorted(v.current_gpus)
         for k in range(R + 1):
             gone = min(len(ascending), first + k * pace)

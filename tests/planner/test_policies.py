@@ -241,6 +241,65 @@ def _whole_cluster_job_beside_a_service(priority: float, **options: object) -> m
     return plan
 
 
+def _wide_job_against_a_stream(drain: bool = True) -> tuple[simulating.Result, int]:
+    # One node of 8; "chat" wants 3 GPUs every step (swap cap 2), so no 8-GPU block is
+    # ever left beside its curve and only a trade starts "wide" (priority 20: 160 a step
+    # against 3 GPUs short at 8 x 2 = 48). A 1-GPU job of 6 steps arrives every step, so
+    # some running job always holds a GPU of the block: a trade that waits for the block
+    # to be free now never comes. Returns the run and the step "wide" came.
+    b = scenario().nodes(1, 8).window(120)
+    b.service("chat", [3] * 120, priority=2, max_swap=2)
+    b.job("wide", gpus=8, d=10, priority=20, arrival=3)
+    for t in range(120):
+        b.job(f"small-{t:03d}", gpus=1, d=6, arrival=t, priority=3)
+    s = b.build()
+    run = simulating.simulate(s, policies.create("gpuroster", drain=drain))
+    legality.check(s, run.grid)
+    return run, 3
+
+
+def test_a_job_only_a_trade_starts_does_not_starve_behind_a_stream_of_small_work() -> None:
+    pol = policies.create("gpuroster")
+    run, came = _wide_job_against_a_stream()
+    start, block = run.starts["wide"]
+    # Past the wait cap it trades at the first step a block frees: the small jobs that
+    # started before it end within their 6 steps, and the service gives up its 3 GPUs at
+    # 2 a step ahead of the start.
+    assert start <= came + pol.options.max_wait_steps + 6 + 1, start
+    assert block == model.Block(0, 8)
+    # Waiting only for a block free now, it never starts: the scenario really tests this.
+    run, _ = _wide_job_against_a_stream(drain=False)
+    assert "wide" not in run.starts
+
+
+def test_a_starving_trade_is_planned_when_its_block_frees_and_the_service_shrinks_first(
+) -> None:
+    # Step 60. "wide" (8 GPUs) came at step 0 and waited past the cap. Running: x on 0-3
+    # until step 62. "chat" holds 5, 6, 7 and wants 3 all day, swap cap 2. "wide" is
+    # planned at 62, when x ends, over the curve, and chat gets nothing while it runs;
+    # "now" (1 GPU, 4 steps) would run past 62, so it goes after. Chat can give up 2 GPUs
+    # a step: two steps ahead it keeps its 3; one step ahead it keeps 2.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    v = model.ServiceState(name="chat", priority=2, max_swap=2, forecast=(3,) * 96,
+                           past_demand=(3,) * 60, current_gpus=frozenset({5, 6, 7}),
+                           past_forecast=(3,) * 60)
+    running = (model.RunningJob("x", 4, model.Block(0, 4), 40, 22, 1.0),)
+    queued = (model.QueuedJob("wide", 8, 10, 0, 20.0), model.QueuedJob("now", 1, 4, 60, 3.0))
+    inp = model.PlanInput(60, c, 24, queued, running, (v,), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start["wide"] == 62 and plan.planned_block["wide"] == model.Block(0, 8)
+    assert "starvation bound" in plan.reasons["wide"]
+    assert plan.planned_start["now"] >= 72
+    assert plan.service_counts["chat"][2:12] == (0,) * 10
+    assert len(plan.service_gpus["chat"]) == 3
+    inp = replace(inp, now=61, queued=(replace(queued[0]), replace(queued[1], arrival_step=61)))
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start["wide"] == 62
+    assert len(plan.service_gpus["chat"]) == 2
+
+
 def test_a_job_no_trough_can_hold_starts_when_worth_its_shortfall() -> None:
     # Priority 8 x 8 GPUs = 64 a step, for 20 steps; the shortfall is 1 GPU at 8 of them,
     # priced 8 x 5 = 40 a GPU-step: worth it, so it starts now, and the service waits.
