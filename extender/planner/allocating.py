@@ -245,7 +245,7 @@ class Gpuroster:
             trades = trade_first if mode == "trade-first" else None
             cand = self._place(ordered, occ, slack, (locked, shrunk), c, W, mode == "fill-now",
                                guard, reach, ceiling, best.score, groups, shortable, trades,
-                               starved, drain)
+                               starved, drain, overrun if inp.services else None)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -343,6 +343,7 @@ class Gpuroster:
         trade_first: list[str] | None = None,
         starving: frozenset[str] = frozenset(),
         drain: frozenset[str] = frozenset(),
+        overrun: list[int] | None = None,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -383,6 +384,12 @@ class Gpuroster:
             # real-time shortfall.
             for t in range(end, min(end + guard, W)):
                 slack[t] -= q.gpus
+            if q.name in starving:
+                # Work planned after a starving job ends `overrun_guard` steps before it
+                # starts: one that overran into its block would push it back, and at
+                # every re-plan another might, out of a trough for good.
+                for t in range(max(0, k - o.overrun_guard), k):
+                    occ[t] |= m
             cand.placed.append(_Placed(q.name, k, b, traded))
             cand.score += value
             done.add(q.name)
@@ -410,6 +417,14 @@ class Gpuroster:
         done: set[str] = set()
         for phase, (jobs, limit, trading) in enumerate(passes):
             final = phase == len(passes) - 1
+            # Nor does the room kept for running jobs' overruns hold them back: a newcomer
+            # that ends just before their start would, by its overrun step, push them back
+            # a step at every re-plan. (If it does overrun, their start slips then.)
+            unguarded = phase == 0 and bool(starving) and overrun is not None
+            if unguarded:
+                assert overrun is not None
+                for t in range(W):
+                    slack[t] += overrun[t]
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -506,6 +521,10 @@ class Gpuroster:
                     left -= reach[q.name]
                     if cand.score + left < bar:
                         return None
+            if unguarded:
+                assert overrun is not None
+                for t in range(W):
+                    slack[t] -= overrun[t]
         return cand
 
 
@@ -564,9 +583,16 @@ def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
         pace = (len(v.current_gpus) if cap is None
                 else max(0, v.max_swap if shrink else v.max_swap // 2))
         ascending = sorted(v.current_gpus)
+        n = len(ascending)
+        curve = curves[v.name]
+        low = n - first  # the fewest of them it holds at a step so far, as its curve falls
         for k in range(R + 1):
-            gone = min(len(ascending), first + k * pace)
-            if gone == len(ascending):
+            if k and not shrink:
+                # Where its curve falls it sheds them, its lowest first, at its swap cap
+                # a step; growing back, it keeps off the blocks planned to start soon.
+                low = min(low, max(curve[k], n - first - v.max_swap * k if cap else 0))
+            gone = min(n, max(first + k * pace, n - low))
+            if gone == n:
                 break
             locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
     return locked

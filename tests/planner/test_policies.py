@@ -272,6 +272,59 @@ def test_a_job_only_a_trade_starts_does_not_starve_behind_a_stream_of_small_work
     assert "wide" not in run.starts
 
 
+def test_a_starving_job_that_fits_only_in_troughs_is_not_pushed_out_of_them() -> None:
+    # "chat" needs 2 of 8 GPUs for 18 steps a day and none for 6: a whole-cluster job of 4
+    # steps fits only in those troughs. A priority-9 1-GPU job of 5 steps arrives every
+    # step. Past the bound the wide job is planned first, in the next trough; each
+    # newcomer that ends just before it would, by the step kept for its overrun, push it
+    # back one step at every re-plan, and out of the trough: it must not.
+    b = scenario().nodes(1, 8).window(150)
+    b.service("chat", ([0] * 6 + [2] * 18) * 7, priority=5, max_swap=2)
+    b.job("wide", gpus=8, d=4, priority=1, arrival=2)
+    for t in range(150):
+        b.job(f"small-{t:03d}", gpus=1, d=5, arrival=t, priority=9)
+    s = b.build()
+    pol = policies.create("gpuroster")
+    run = simulating.simulate(s, pol)
+    legality.check(s, run.grid)
+    start, _ = run.starts["wide"]
+    assert start <= 2 + pol.options.max_wait_steps + 24, start  # the first trough after
+    assert start % 24 < 6  # in a trough
+
+
+def test_a_block_is_planned_where_a_services_curve_falls_even_at_swap_cap_1() -> None:
+    # One node of 8. "chat" holds 6 and 7 and wants 2 until step 10, then none for 6 steps.
+    # With a swap cap of 1 it never moves (a move costs 2), but it does shed as its curve
+    # falls, one GPU a step, its lowest first: GPU 6 is free from step 10, GPU 7 from 11.
+    # The whole-cluster job (4 steps) is planned there; before, the plan counted GPU 7 held
+    # for good and found no room until the trough had begun.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    curve = (2,) * 10 + (0,) * 6 + (2,) * 80
+    v = model.ServiceState(name="chat", priority=5, max_swap=1, forecast=curve,
+                           past_demand=(2,) * 5, current_gpus=frozenset({6, 7}),
+                           past_forecast=(2,) * 5)
+    inp = model.PlanInput(5, c, 24, (model.QueuedJob("wide", 8, 4, 5, 1.0),), (), (v,),
+                          frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start == {"wide": 16}
+
+
+def test_work_planned_after_a_starving_job_ends_a_step_before_it() -> None:
+    # Step 60; "wide" (8 GPUs) came at 0. x holds 0-3 until 64, so "wide" is planned at 64.
+    # "b" (3 steps) ends at 63, a step before: it starts now. "a" (4 steps) would end at
+    # 64 exactly, and one step over its estimate would push "wide" back: it waits.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    running = (model.RunningJob("x", 4, model.Block(0, 4), 50, 14, 1.0),)
+    queued = (model.QueuedJob("wide", 8, 10, 0, 1.0), model.QueuedJob("a", 1, 4, 60, 9.0),
+              model.QueuedJob("b", 1, 3, 60, 9.0))
+    inp = model.PlanInput(60, c, 24, queued, running, (), frozenset())
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start["wide"] == 64
+    assert "b" in plan.starts and "a" not in plan.starts
+
+
 def test_a_starving_trade_is_planned_when_its_block_frees_and_the_service_shrinks_first(
 ) -> None:
     # Step 60. "wide" (8 GPUs) came at step 0 and waited past the cap. Running: x on 0-3
