@@ -86,6 +86,26 @@ class _Placed:
     traded: bool = False  # over the services' curve, at a price
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """What every queue order's pass of one re-plan starts from (each copies the lists)."""
+
+    cluster: model.Cluster
+    W: int  # steps planned: the horizon and the reach beyond it
+    occ: list[int]  # GPUs batch work holds (running jobs, lost nodes), per step
+    slack: list[int]  # room left for batch work beside the services' curves, per step
+    locked: list[int]  # GPUs the services still hold, per step, following their curves
+    shrunk: list[int]  # the same if a trade takes their GPUs (shrinking at their swap cap)
+    overrun: list[int] | None  # room kept for running jobs' overruns (with services)
+    guard: int  # steps a planned job may outlast its estimate, for the services' room
+    reach: dict[str, float]  # the most each job can add (starting now)
+    ceiling: float  # the sum of `reach`: no pass scores more
+    groups: list[tuple[int, list[int]]]  # per node set of a limited service: its room
+    shortable: list[tuple[float, list[int]]]  # (price a GPU-step, curve), cheapest first
+    starving: frozenset[str]  # waited past `max_wait_steps`: planned first
+    drain: frozenset[str]  # starving jobs only a trade starts: trade when a block frees
+
+
 @dataclass
 class _Candidate:
     placed: list[_Placed] = field(default_factory=list)
@@ -238,14 +258,14 @@ class Gpuroster:
                 seen.add(key)
                 queues.append((i, ordered, mode))
         queues.sort(key=lambda x: x[0] != self._last_winner)
+        frame = _Frame(c, W, occ, slack, locked, shrunk, overrun if inp.services else None,
+                       guard, reach, ceiling, groups, shortable, starved, drain)
         best_at = len(passes)
         for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
-            trades = trade_first if mode == "trade-first" else None
-            cand = self._place(ordered, occ, slack, (locked, shrunk), c, W, mode == "fill-now",
-                               guard, reach, ceiling, best.score, groups, shortable, trades,
-                               starved, drain, overrun if inp.services else None)
+            cand = self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
+                               trade_first=trade_first if mode == "trade-first" else None)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
@@ -327,23 +347,11 @@ class Gpuroster:
 
     def _place(
         self,
+        f: _Frame,
         queue: list[model.QueuedJob],
-        occ0: list[int],
-        slack0: list[int],
-        locks: tuple[list[int], list[int]],
-        c: model.Cluster,
-        W: int,
-        fill_now: bool,
-        guard: int,
-        reach: dict[str, float],
-        ceiling: float,
         beat: float,
-        groups: list[tuple[int, list[int]]],
-        shortable: list[tuple[float, list[int]]],
+        fill_now: bool = False,
         trade_first: list[str] | None = None,
-        starving: frozenset[str] = frozenset(),
-        drain: frozenset[str] = frozenset(),
-        overrun: list[int] | None = None,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -352,13 +360,13 @@ class Gpuroster:
         bounds the pass: below `beat`, it cannot win and is dropped unfinished.
         """
         o = self.options
-        # The services' GPUs at each step: following their curves, and shrinking for a trade.
-        locked, shrunk = locks
-        left = ceiling  # the reach of the jobs not yet placed or given up on
+        c, W, guard, reach, starving = f.cluster, f.W, f.guard, f.reach, f.starving
+        locked, shortable = f.locked, f.shortable
+        left = f.ceiling  # the reach of the jobs not yet placed or given up on
         bar = beat - 1e-9 * max(1.0, abs(beat)) if o.decay >= 0 else -math.inf
-        occ = occ0[:]
-        slack = slack0[:]
-        rooms = [(mask, room[:]) for mask, room in groups]
+        occ = f.occ[:]
+        slack = f.slack[:]
+        rooms = [(mask, room[:]) for mask, room in f.groups]
         cand = _Candidate(score=0.0)
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
@@ -420,11 +428,10 @@ class Gpuroster:
             # Nor does the room kept for running jobs' overruns hold them back: a newcomer
             # that ends just before their start would, by its overrun step, push them back
             # a step at every re-plan. (If it does overrun, their start slips then.)
-            unguarded = phase == 0 and bool(starving) and overrun is not None
+            unguarded = f.overrun if phase == 0 and starving else None
             if unguarded:
-                assert overrun is not None
                 for t in range(W):
-                    slack[t] += overrun[t]
+                    slack[t] += unguarded[t]
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -502,13 +509,14 @@ class Gpuroster:
                     # could run there, and by then the plan has moved on. Except for a job
                     # past the starvation bound: it takes the first step a block frees, and
                     # the services shrink towards it at their swap cap.)
+                    draining = q.name in f.drain
                     traded = _trade(q, 0, d, allow, occ, slack, short,
-                                    (shrunk if q.name in drain else locked)[0], shortable,
+                                    (f.shrunk if draining else locked)[0], shortable,
                                     c, W, cum)
                     at = 0
-                    if traded is None and q.name in drain:
+                    if traded is None and draining:
                         for at in range(1, R + 1):
-                            traded = _trade(q, at, d, allow, occ, slack, short, shrunk[at],
+                            traded = _trade(q, at, d, allow, occ, slack, short, f.shrunk[at],
                                             shortable, c, W, cum)
                             if traded is not None:
                                 break
@@ -522,9 +530,8 @@ class Gpuroster:
                     if cand.score + left < bar:
                         return None
             if unguarded:
-                assert overrun is not None
                 for t in range(W):
-                    slack[t] -= overrun[t]
+                    slack[t] -= unguarded[t]
         return cand
 
 
