@@ -6,8 +6,10 @@
 Each seeded scenario has one or two nodes of 8 GPUs, maybe a real-time service
 with a daily trough (swap cap 1 or 2), one wide job (half or all of the
 cluster) that comes at step 2, and one or two small jobs arriving every step
-(1 to 4 GPUs, estimates short of their true duration by up to 2 steps), so
-that some running job always holds a GPU of any block. It counts the wide jobs
+(1 to 4 GPUs; true durations off their estimates by a lognormal error of
+sigma 0.3, as in the generator's held-out instances; `--additive` makes them
+0 to 2 steps longer instead), so that some running job always holds a GPU of
+any block. It counts the wide jobs
 that should start: those that fit a trough beside the service's curve, or are
 worth the shortfall a trade causes at the default `realtime_penalty` (the
 others wait by the operator's price). Of those it lists the ones that started
@@ -17,6 +19,8 @@ later than `max_wait_steps` + 30 steps after they came, or never.
 from __future__ import annotations
 
 import argparse
+import ast
+import math
 import random
 import sys
 import time
@@ -28,7 +32,7 @@ GPUS_PER_NODE = 8
 ARRIVAL = 2
 
 
-def make(seed: int, steps: int) -> model.Scenario:
+def make(seed: int, steps: int, additive: bool = False) -> model.Scenario:
     rnd = random.Random(seed)
     nodes = rnd.choice([1, 2])
     gpus = nodes * GPUS_PER_NODE
@@ -48,9 +52,11 @@ def make(seed: int, steps: int) -> model.Scenario:
     for t in range(steps):
         for i in range(rnd.choice([1, 1, 2])):
             estimate = rnd.choice([3, 5, 8])
+            duration = (estimate + rnd.choice([0, 0, 1, 2]) if additive
+                        else max(1, round(estimate * rnd.lognormvariate(0.0, 0.3))))
             jobs.append({
                 "name": f"small-{t:03d}-{i}", "type": "training", "gpus": rnd.choice([1, 1, 2, 4]),
-                "duration_steps": estimate + rnd.choice([0, 0, 1, 2]), "estimate_steps": estimate,
+                "duration_steps": duration, "estimate_steps": estimate,
                 "arrival_step": t, "priority": rnd.choice([3, 9]),
             })
     return scenario.parse({
@@ -67,7 +73,12 @@ def should_start(s: model.Scenario, penalty: float) -> bool:
         return True
     v = s.services[0]
     day = list(v.demand[:24])
-    fits = min(day) + wide.gpus <= s.cluster.gpus and day.count(min(day)) >= wide.estimate_steps + 2
+    # The trough less the steps the service takes to shed down into it and to grow back out
+    # of it at its swap cap; the job needs its estimate and a step either side.
+    depth = max(day) - min(day)
+    ramp = 2 * (math.ceil(depth / max(1, v.max_swap)) - 1) if depth else 0
+    trough = day.count(min(day)) - ramp
+    fits = min(day) + wide.gpus <= s.cluster.gpus and trough >= wide.estimate_steps + 2
     short = max(0, max(v.demand) + wide.gpus - s.cluster.gpus)
     return fits or wide.priority * wide.gpus > penalty * v.priority * short
 
@@ -77,18 +88,26 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="0-79", help="seed range, inclusive (default 0-79)")
     p.add_argument("--steps", type=int, default=200, help="window length (default 200)")
+    p.add_argument("--additive", action="store_true",
+                   help="true durations 0-2 steps over the estimate, not lognormal")
+    p.add_argument("--variant", default="", help="an allocating.Options field=value "
+                   "(Python literal) to run instead of the default")
     args = p.parse_args(argv)
+    variant: dict[str, object] = {}
+    if args.variant:
+        key, _, value = args.variant.partition("=")
+        variant = {key.strip(): ast.literal_eval(value.strip())}
     lo, _, hi = args.seeds.partition("-")
-    options = allocating.Options()
+    options = allocating.Options(**variant)  # type: ignore[arg-type]
     late_after = ARRIVAL + options.max_wait_steps + 30
     counted = late = never = 0
     t0 = time.perf_counter()
     for seed in range(int(lo), int(hi or lo) + 1):
-        s = make(seed, args.steps)
+        s = make(seed, args.steps, args.additive)
         if not should_start(s, options.realtime_penalty):
             continue
         counted += 1
-        run = simulating.simulate(s, allocating.Gpuroster())
+        run = simulating.simulate(s, allocating.Gpuroster(**variant))
         legality.check(s, run.grid)
         start = run.starts.get("wide", (None, None))[0]
         if start is None or start > late_after:

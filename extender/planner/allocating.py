@@ -76,6 +76,9 @@ class Options:
     # A job only a trade starts that waited past `max_wait_steps` trades at the first
     # step a block of it frees, instead of waiting for one free now.
     drain: bool = True
+    # Work planned after a starving job ends this share of its own estimate (at least
+    # `overrun_guard` steps) before the starving job starts on its GPUs.
+    starving_margin: float = 0.5
 
 
 @dataclass
@@ -372,6 +375,19 @@ class Gpuroster:
         full = (1 << c.gpus) - 1
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
         cand.short = short
+        # (start, block) of the starving jobs planned for later. Work planned after them
+        # on their GPUs ends a margin before they start: one that overran into the block
+        # would push it back, and at every re-plan another might, out of a trough for
+        # good. The margin: `overrun_guard` steps, or a share of the work's own estimate.
+        ahead: list[tuple[int, int]] = []
+
+        def before_ahead(end: int, margin: int) -> int:
+            """The GPUs of starving jobs planned to start within `margin` steps of `end`."""
+            near = 0
+            for s0, m in ahead:
+                if end <= s0 < end + margin:
+                    near |= m
+            return near
 
         def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float,
                  traded: bool = False) -> None:
@@ -392,12 +408,8 @@ class Gpuroster:
             # real-time shortfall.
             for t in range(end, min(end + guard, W)):
                 slack[t] -= q.gpus
-            if q.name in starving:
-                # Work planned after a starving job ends `overrun_guard` steps before it
-                # starts: one that overran into its block would push it back, and at
-                # every re-plan another might, out of a trough for good.
-                for t in range(max(0, k - o.overrun_guard), k):
-                    occ[t] |= m
+            if q.name in starving and k:
+                ahead.append((k, m))
             cand.placed.append(_Placed(q.name, k, b, traded))
             cand.score += value
             done.add(q.name)
@@ -456,6 +468,7 @@ class Gpuroster:
                             return None
                     continue
                 placed = False
+                margin = max(o.overrun_guard, math.ceil(d * o.starving_margin))
                 k = limit if skip else 0  # ruled out above: only a trade is left to try
                 while k < limit:
                     end = k + d if k + d < W else W
@@ -469,6 +482,8 @@ class Gpuroster:
                         continue
                     free = allow & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
+                    if ahead:
+                        free &= ~before_ahead(end, margin)
                     for mask, room in rooms:  # keep a limited service's room in its nodes
                         if min(room[k:end]) < size:
                             free &= ~mask
@@ -481,6 +496,7 @@ class Gpuroster:
                         k += 1
                         while (
                             not rooms
+                            and not ahead
                             and k < limit
                             and k + d <= W
                             and occ[k - 1] == occ[k]
@@ -511,12 +527,13 @@ class Gpuroster:
                     # the services shrink towards it at their swap cap.)
                     draining = q.name in f.drain
                     traded = _trade(q, 0, d, allow, occ, slack, short,
-                                    (f.shrunk if draining else locked)[0], shortable,
-                                    c, W, cum)
+                                    (f.shrunk if draining else locked)[0]
+                                    | before_ahead(d, margin), shortable, c, W, cum)
                     at = 0
                     if traded is None and draining:
                         for at in range(1, R + 1):
-                            traded = _trade(q, at, d, allow, occ, slack, short, f.shrunk[at],
+                            traded = _trade(q, at, d, allow, occ, slack, short,
+                                            f.shrunk[at] | before_ahead(at + d, margin),
                                             shortable, c, W, cum)
                             if traded is not None:
                                 break

@@ -310,19 +310,34 @@ def test_a_block_is_planned_where_a_services_curve_falls_even_at_swap_cap_1() ->
     assert plan.planned_start == {"wide": 16}
 
 
-def test_work_planned_after_a_starving_job_ends_a_step_before_it() -> None:
-    # Step 60; "wide" (8 GPUs) came at 0. x holds 0-3 until 64, so "wide" is planned at 64.
-    # "b" (3 steps) ends at 63, a step before: it starts now. "a" (4 steps) would end at
-    # 64 exactly, and one step over its estimate would push "wide" back: it waits.
+def test_work_planned_after_a_starving_job_ends_a_margin_before_it() -> None:
+    # Step 58; "wide" (8 GPUs) came at 0. x holds 0-3 until 64, so "wide" is planned at 64.
+    # Work planned after it on its GPUs ends half its own estimate (at least a step) before
+    # 64: else running over its estimate it would push "wide" back. "four" (4 steps) ends
+    # at 62, two steps before: it starts now. "five" (5 steps) would end at 63, under three
+    # steps before: it waits.
     c = model.Cluster(nodes=1, gpus_per_node=8)
     running = (model.RunningJob("x", 4, model.Block(0, 4), 50, 14, 1.0),)
-    queued = (model.QueuedJob("wide", 8, 10, 0, 1.0), model.QueuedJob("a", 1, 4, 60, 9.0),
-              model.QueuedJob("b", 1, 3, 60, 9.0))
-    inp = model.PlanInput(60, c, 24, queued, running, (), frozenset())
+    queued = (model.QueuedJob("wide", 8, 10, 0, 1.0), model.QueuedJob("five", 1, 5, 58, 9.0),
+              model.QueuedJob("four", 1, 4, 58, 9.0))
+    inp = model.PlanInput(58, c, 24, queued, running, (), frozenset())
     plan = policies.create("gpuroster").plan(inp)
     simulating.check_step(inp, plan)
     assert plan.planned_start["wide"] == 64
-    assert "b" in plan.starts and "a" not in plan.starts
+    assert "four" in plan.starts and "five" not in plan.starts
+    # With no margin but the one step kept for an overrun, "five" starts too.
+    plan = policies.create("gpuroster", starving_margin=0.0).plan(inp)
+    assert "four" in plan.starts and "five" in plan.starts
+    # Beside a service that takes the whole node from step 74, "five" finds no start within
+    # reach and is tried as a trade for now (it would cost no shortfall before 74): that
+    # must keep the margin as well.
+    chat = model.ServiceState(name="chat", priority=1, max_swap=8,
+                              forecast=(0,) * 16 + (8,) * 80)
+    inp = replace(inp, services=(chat,))
+    plan = policies.create("gpuroster").plan(inp)
+    simulating.check_step(inp, plan)
+    assert plan.planned_start["wide"] == 64
+    assert "four" in plan.starts and "five" not in plan.starts
 
 
 def test_a_starving_trade_is_planned_when_its_block_frees_and_the_service_shrinks_first(
