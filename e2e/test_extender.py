@@ -574,6 +574,64 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     assert all(all_bound(core, namespace, g) for g in gangs)
 
 
+def test_a_starving_job_only_a_trade_starts_gets_the_cluster_despite_a_stream(
+        core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """A whole-cluster gang beside a service that never idles starts only by a trade, and a
+    1-GPU job arriving every step keeps some GPU of the cluster busy: a trade that waits for
+    a free block never comes. Past the starvation bound (3 steps here) the plan drains the
+    cluster for it: newcomers stop starting where they would run into its start, the
+    service's replica is evicted, and the gang binds on every node."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    nodes = len(core.list_node(label_selector=objects.TOPOLOGY_ORDER_LABEL).items)
+    ext = Extender(cluster, namespace, tmp_path, GPUROSTER_MAX_WAIT_STEPS="3")
+    try:
+        ext.start()
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "demand"}, "data": {"curve": json.dumps([1] * 500)}})
+        apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
+            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
+            "gpuroster.io/priority": "low"}))
+        small = 0
+
+        def arrive() -> None:  # one 1-GPU job of 3 steps
+            nonlocal small
+            gang_pods(core, namespace, f"s{small}", 1, 1, runtime=f"{3 * STEP:g}s",
+                      duration=f"{3 * STEP:g}s", priority="high")
+            small += 1
+
+        for _ in range(3):  # the stream is running before the wide gang comes
+            arrive()
+            time.sleep(STEP)
+        # Priority 8 on every GPU (8 x 8 a node a step) against 1 GPU short at 8 x 1.
+        wide = gang_pods(core, namespace, "wide", nodes, 8, runtime=f"{3 * STEP:g}s",
+                         duration=f"{3 * STEP:g}s", priority="critical")
+        came = time.monotonic()
+        reasons: set[str] = set()
+        bound = None
+        while time.monotonic() - came < 30 * STEP:
+            arrive()
+            job = ext.get("/plan")["jobs"].get(f"{namespace}/wide") or {}
+            if job.get("reason"):
+                reasons.add(job["reason"])
+            bound = all_bound(core, namespace, wide)
+            if bound:
+                break
+            time.sleep(STEP)
+        waited = time.monotonic() - came
+        print(f"[e2e] the wide gang ({nodes * 8} GPUs) bound {waited:.1f}s "
+              f"({waited / STEP:.1f} steps) after it came, beside {small} small jobs; "
+              f"its reasons: {sorted(reasons)}")
+        assert bound, f"the wide gang never bound in 30 steps; reasons {sorted(reasons)}"
+        assert any("waited past the starvation bound" in r for r in reasons), reasons
+        assert {p.spec.node_name for p in bound} == {
+            n.metadata.name for n in core.list_node(
+                label_selector=objects.TOPOLOGY_ORDER_LABEL).items}
+    finally:
+        ext.stop()
+
+
 def test_a_pods_priority_class_value_maps_to_a_configured_class(
         core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     """The real API server copies the PriorityClass's value into spec.priority; with

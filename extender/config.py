@@ -61,6 +61,7 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     prometheus_url: str = ""
     realtime_penalty: float = 8.0
+    max_wait_steps: int = 48  # the starvation bound: a job waiting this long is planned first
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -123,6 +124,8 @@ def validate(s: Settings) -> None:
         raise bad("horizon_steps", f"must be >= 1, got {s.horizon_steps}")
     if s.realtime_penalty < 0:
         raise bad("realtime_penalty", f"must be >= 0, got {s.realtime_penalty}")
+    if s.max_wait_steps < 1:
+        raise bad("max_wait_steps", f"must be >= 1, got {s.max_wait_steps}")
     if not s.priority_classes:
         raise bad("priority_classes", "needs at least one class")
     for k, v in s.priority_classes.items():
@@ -171,6 +174,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "comma list of namespaces to manage (empty: all)"),
     ("prometheus_url", str, "Prometheus base URL for gpuroster.io/demand-query"),
     ("realtime_penalty", float, "cost of a real-time GPU-step short, x the service priority"),
+    ("max_wait_steps", int, "starvation bound: a job that has waited this many steps is "
+     "planned before all others"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

@@ -112,7 +112,8 @@ class Controller:
 
     def _make_policy(self) -> policies.Policy:
         if self.settings.policy == "gpuroster":
-            return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty)
+            return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty,
+                                   max_wait_steps=self.settings.max_wait_steps)
         return policies.create(self.settings.policy)
 
     # --- time ---------------------------------------------------------------------

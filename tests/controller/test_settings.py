@@ -12,17 +12,20 @@ def test_defaults() -> None:
     assert (s.policy, s.step_seconds, s.horizon_steps, s.port) == ("gpuroster", 3600.0, 24, 8888)
     assert s.priority_classes == {"critical": 8, "high": 4, "normal": 2, "low": 1}
     assert s.namespaces == ()
+    assert s.max_wait_steps == 48
 
 
 def test_env_and_flags() -> None:
     env = {"GPUROSTER_POLICY": "fifo", "GPUROSTER_STEP_SECONDS": "2",
            "GPUROSTER_NAMESPACES": "a, b", "GPUROSTER_PRIORITY_CLASSES": '{"x": 3}',
            "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
-           "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000"}
+           "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000",
+           "GPUROSTER_MAX_WAIT_STEPS": "6"}
     s = config.load(["--port", "9100"], env=env)
     assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
     assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
     assert s.duration_steps(3.0) == 2 and s.steps_per_day() == 43200
+    assert s.max_wait_steps == 6
 
 
 @pytest.mark.parametrize(("env", "needle"), [
@@ -36,6 +39,8 @@ def test_env_and_flags() -> None:
     ({"GPUROSTER_DEFAULT_DURATIONS": '{"training": "later"}'}, "GPUROSTER_DEFAULT_DURATIONS"),
     ({"GPUROSTER_TLS_CERT_FILE": "/c"}, "GPUROSTER_TLS_CERT_FILE"),
     ({"GPUROSTER_LEADER_ELECT": "maybe"}, "GPUROSTER_LEADER_ELECT"),
+    ({"GPUROSTER_MAX_WAIT_STEPS": "0"}, "GPUROSTER_MAX_WAIT_STEPS"),
+    ({"GPUROSTER_MAX_WAIT_STEPS": "2.5"}, "GPUROSTER_MAX_WAIT_STEPS"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
     with pytest.raises(config.ConfigError, match=needle):
@@ -81,3 +86,15 @@ def test_priority_class_values_parse_and_are_checked() -> None:
         with pytest.raises(config.ConfigError) as e:
             config.load([], env={"GPUROSTER_PRIORITY_CLASS_VALUES": raw})
         assert "GPUROSTER_PRIORITY_CLASS_VALUES" in str(e.value) and needle in str(e.value)
+
+
+def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
+    from extender.adapter import watching
+    from extender.controller import stepping
+    from tests.kubefake import FakeKube
+
+    fake = FakeKube()
+    s = config.load([], env={"GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_REALTIME_PENALTY": "5"})
+    ctl = stepping.Controller(s, fake, watching.Cache(fake))
+    options = ctl._make_policy().options  # type: ignore[attr-defined]
+    assert (options.max_wait_steps, options.realtime_penalty) == (6, 5.0)

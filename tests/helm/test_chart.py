@@ -202,6 +202,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_STEP_SECONDS": "3600",
         "GPUROSTER_HORIZON_STEPS": "24",
         "GPUROSTER_REALTIME_PENALTY": "8",
+        "GPUROSTER_MAX_WAIT_STEPS": "48",
         "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
         "GPUROSTER_PRIORITY_CLASS_VALUES": "{}",
         "GPUROSTER_DEFAULT_PRIORITY": "normal",
