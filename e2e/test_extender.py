@@ -620,7 +620,8 @@ def test_a_starving_job_only_a_trade_starts_gets_the_cluster_despite_a_stream(
                 break
             time.sleep(STEP)
         waited = time.monotonic() - came
-        print(f"[e2e] the wide gang ({nodes * 8} GPUs) bound {waited:.1f}s "
+        print(f"[e2e] the wide gang ({nodes * 8} GPUs) "
+              f"{'bound' if bound else 'still not bound'} {waited:.1f}s "
               f"({waited / STEP:.1f} steps) after it came, beside {small} small jobs; "
               f"its reasons: {sorted(reasons)}")
         assert bound, f"the wide gang never bound in 30 steps; reasons {sorted(reasons)}"
