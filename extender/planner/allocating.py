@@ -294,20 +294,22 @@ class Gpuroster:
 
         # The counts the plan gives the services: their curves less what a trade takes
         # from them (the cheapest first, as it was priced).
-        given = best.short[:] if best.short else []
+        traded = any(best.short)
+        given = best.short[:] if traded else []
         counts: dict[str, list[int]] = {}
         for v in sorted(inp.services, key=lambda v: o.realtime_penalty * v.priority):
-            counts[v.name] = list(curves[v.name] if given else curves[v.name][:H])
+            counts[v.name] = list(curves[v.name] if traded else curves[v.name][:H])
             for k, g in enumerate(given):
-                take = min(g, counts[v.name][k])
-                counts[v.name][k] -= take
-                given[k] -= take
+                if g:
+                    take = min(g, counts[v.name][k])
+                    counts[v.name][k] -= take
+                    given[k] -= take
         # Step now: the curve, unless a trade planned later takes more of a service than
         # its swap cap lets it give up by then; it starts giving up GPUs now.
         targets = {}
         for v in inp.services:
             target = curves[v.name][0]
-            if inp.now > 0 and best.short and v.max_swap > 0:
+            if inp.now > 0 and traded and v.max_swap > 0:
                 for k in range(1, min(R + 1, W)):
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
@@ -468,7 +470,7 @@ class Gpuroster:
                             return None
                     continue
                 placed = False
-                margin = max(o.overrun_guard, math.ceil(d * o.starving_margin))
+                margin = max(o.overrun_guard, math.ceil(d * o.starving_margin)) if ahead else 0
                 k = limit if skip else 0  # ruled out above: only a trade is left to try
                 while k < limit:
                     end = k + d if k + d < W else W
