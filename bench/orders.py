@@ -70,14 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     base: list[metrics.Metrics] = []
     gain: list[float] = []
+    under: list[tuple[float, str, bool]] = []  # (change, instance, more shortfall than fifo)
     for s in scen:
         fifo = metrics.compute(s, simulating.simulate(s, "fifo").grid)
         m = metrics.compute(s, simulating.simulate(s, allocating.Gpuroster()).grid)
         base.append(m)
         gain.append(m.value / fifo.value - 1)
+        if gain[-1] < 0:
+            under.append((gain[-1], s.name, m.realtime_shortfall > fifo.realtime_shortfall))
     print(f"default: value vs fifo mean {statistics.mean(gain) * 100:+.1f}%, "
           f"top-priority mean wait {statistics.mean(top_wait(m) for m in base):.2f}"
           f" steps  ({time.perf_counter() - t0:.0f} s)")
+    under.sort()
+    print(f"default under fifo on {len(under)}: {sum(g > -0.03 for g, _, _ in under)} by under "
+          f"3%, {sum(more for _, _, more in under)} with more real-time shortfall than fifo's; "
+          "worst " + ", ".join(f"{n} {g * 100:+.1f}%" for g, n, _ in under[:5]))
     for variant in args.variant:
         ch: list[float] = []
         waits: list[float] = []
