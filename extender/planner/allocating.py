@@ -616,7 +616,7 @@ def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
             if k and not shrink:
                 # Where its curve falls it sheds them, its lowest first, at its swap cap
                 # a step; growing back, it keeps off the blocks planned to start soon.
-                low = min(low, max(curve[k], n - first - v.max_swap * k if cap else 0))
+                low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
             gone = min(n, max(first + k * pace, n - low))
             if gone == n:
                 break
