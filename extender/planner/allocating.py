@@ -528,19 +528,19 @@ class Gpuroster:
                     # past the starvation bound: it takes the first step a block frees, and
                     # the services shrink towards it at their swap cap.)
                     draining = q.name in f.drain
-                    traded = _trade(q, 0, d, allow, occ, slack, short,
-                                    (f.shrunk if draining else locked)[0]
-                                    | before_ahead(d, margin), shortable, c, W, cum)
+                    trade = _trade(q, 0, d, allow, occ, slack, short,
+                                   (f.shrunk if draining else locked)[0]
+                                   | before_ahead(d, margin), shortable, c, W, cum)
                     at = 0
-                    if traded is None and draining:
+                    if trade is None and draining:
                         for at in range(1, R + 1):
-                            traded = _trade(q, at, d, allow, occ, slack, short,
-                                            f.shrunk[at] | before_ahead(at + d, margin),
-                                            shortable, c, W, cum)
-                            if traded is not None:
+                            trade = _trade(q, at, d, allow, occ, slack, short,
+                                           f.shrunk[at] | before_ahead(at + d, margin),
+                                           shortable, c, W, cum)
+                            if trade is not None:
                                 break
-                    if traded is not None:
-                        hold(q, at, at + d if at + d < W else W, *traded, traded=True)
+                    if trade is not None:
+                        hold(q, at, at + d if at + d < W else W, *trade, traded=True)
                         placed = True
                     else:
                         untraded[size, d, allow] = q.priority
