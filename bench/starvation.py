@@ -19,12 +19,13 @@ later than `max_wait_steps` + 30 steps after they came, or never.
 from __future__ import annotations
 
 import argparse
-import ast
 import math
 import random
 import sys
 import time
 from typing import Any
+
+from orders import parse_variant  # bench/, the script's folder
 
 from extender.planner import allocating, legality, model, scenario, simulating
 
@@ -90,13 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=200, help="window length (default 200)")
     p.add_argument("--additive", action="store_true",
                    help="true durations 0-2 steps over the estimate, not lognormal")
-    p.add_argument("--variant", default="", help="an allocating.Options field=value "
-                   "(Python literal) to run instead of the default")
+    p.add_argument("--variant", default={}, type=parse_variant, help="an allocating.Options "
+                   "field=value (Python literal) to run instead of the default")
     args = p.parse_args(argv)
-    variant: dict[str, object] = {}
-    if args.variant:
-        key, _, value = args.variant.partition("=")
-        variant = {key.strip(): ast.literal_eval(value.strip())}
+    variant: dict[str, object] = args.variant
     lo, _, hi = args.seeds.partition("-")
     options = allocating.Options(**variant)  # type: ignore[arg-type]
     late_after = ARRIVAL + options.max_wait_steps + 30
