@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,21 +155,7 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
             seen[item_name] = field
 
     jobs: list[model.Job] = []
-    raw_jobs = data.get("jobs", [])
-    if raw_jobs is None:
-        raw_jobs = []
-    if not isinstance(raw_jobs, list):
-        c.fail("jobs", "must be a list")
-        raw_jobs = []
-    for i, raw in enumerate(raw_jobs):
-        where = f"jobs[{i}]"
-        if not isinstance(raw, Mapping):
-            c.fail(where, "must be a mapping")
-            continue
-        job_name = c.name(raw, "name", where)
-        if job_name:
-            where = f"jobs[{i}] ({job_name})"
-        unique(job_name, f"jobs[{i}].name")
+    for raw, job_name, where in _entries(c, data, "jobs", unique):
         kind = raw.get("type")
         if kind not in model.BATCH_TYPES:
             c.fail(f"{where}.type", f"must be one of {', '.join(model.BATCH_TYPES)}, got {kind!r}")
@@ -215,21 +201,7 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
             )
 
     services: list[model.Service] = []
-    raw_services = data.get("services", [])
-    if raw_services is None:
-        raw_services = []
-    if not isinstance(raw_services, list):
-        c.fail("services", "must be a list")
-        raw_services = []
-    for i, raw in enumerate(raw_services):
-        where = f"services[{i}]"
-        if not isinstance(raw, Mapping):
-            c.fail(where, "must be a mapping")
-            continue
-        svc_name = c.name(raw, "name", where)
-        if svc_name:
-            where = f"services[{i}] ({svc_name})"
-        unique(svc_name, f"services[{i}].name")
+    for raw, svc_name, where in _entries(c, data, "services", unique):
         priority = c.number(raw, "priority", where)
         max_swap = c.integer(raw, "max_swap", where, minimum=0)
         demand = c.curve(raw, "demand", where, window, required=True)
@@ -260,6 +232,28 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
         tuple(services),
         source,
     )
+
+
+def _entries(
+    c: _Checker, data: Mapping[str, Any], key: str, unique: Callable[[str | None, str], None]
+) -> Iterator[tuple[Mapping[str, Any], str | None, str]]:
+    """The mappings listed under `key` (absent or null: none), each with its checked name
+    and where it is for messages ("jobs[3] (train-a)"); a bad list or entry is reported
+    and skipped."""
+    raw_list = data.get(key, [])
+    if raw_list is None:
+        return
+    if not isinstance(raw_list, list):
+        c.fail(key, "must be a list")
+        return
+    for i, raw in enumerate(raw_list):
+        where = f"{key}[{i}]"
+        if not isinstance(raw, Mapping):
+            c.fail(where, "must be a mapping")
+            continue
+        item_name = c.name(raw, "name", where)
+        unique(item_name, f"{where}.name")
+        yield raw, item_name, f"{where} ({item_name})" if item_name else where
 
 
 def to_document(s: model.Scenario) -> dict[str, Any]:
