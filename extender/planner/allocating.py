@@ -95,6 +95,7 @@ class _Frame:
 
     cluster: model.Cluster
     W: int  # steps planned: the horizon and the reach beyond it
+    R: int  # the latest start planned (reservations past the horizon reach this far)
     occ: list[int]  # GPUs batch work holds (running jobs, lost nodes), per step
     slack: list[int]  # room left for batch work beside the services' curves, per step
     locked: list[int]  # GPUs the services still hold, per step, following their curves
@@ -261,7 +262,7 @@ class Gpuroster:
                 seen.add(key)
                 queues.append((i, ordered, mode))
         queues.sort(key=lambda x: x[0] != self._last_winner)
-        frame = _Frame(c, W, occ, slack, locked, shrunk, overrun if inp.services else None,
+        frame = _Frame(c, W, R, occ, slack, locked, shrunk, overrun if inp.services else None,
                        guard, reach, ceiling, groups, shortable, starved, drain)
         best_at = len(passes)
         for i, ordered, mode in queues:
@@ -417,7 +418,7 @@ class Gpuroster:
             done.add(q.name)
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
-        R = len(locked) - 1
+        R = f.R
         # (jobs, the steps their starts may reach, whether they may trade)
         passes = [(queue, R, True)]
         if fill_now:
