@@ -69,12 +69,14 @@ def main(argv: list[str] | None = None) -> int:
           + (", every priority 1" if args.uniform else ""))
     t0 = time.perf_counter()
     base: list[metrics.Metrics] = []
+    fifos: list[float] = []
     gain: list[float] = []
     under: list[tuple[float, str, bool]] = []  # (change, instance, more shortfall than fifo)
     for s in scen:
         fifo = metrics.compute(s, simulating.simulate(s, "fifo").grid)
         m = metrics.compute(s, simulating.simulate(s, allocating.Gpuroster()).grid)
         base.append(m)
+        fifos.append(fifo.value)
         gain.append(m.value / fifo.value - 1)
         if gain[-1] < 0:
             under.append((gain[-1], s.name, m.realtime_shortfall > fifo.realtime_shortfall))
@@ -89,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         ch: list[float] = []
         waits: list[float] = []
         short: list[int] = []
-        for s, b in zip(scen, base, strict=True):
+        below = 0  # under fifo's value
+        for s, b, f in zip(scen, base, fifos, strict=True):
             m = metrics.compute(s, simulating.simulate(s, allocating.Gpuroster(**variant)).grid)
             ch.append(m.value / b.value - 1)
+            below += m.value < f
             waits.append(top_wait(m) - top_wait(b))
             short.append(m.realtime_shortfall - b.realtime_shortfall)
         better = sum(c > 1e-9 for c in ch)
@@ -101,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
               f"best {max(ch) * 100:+.1f}%), "
               f"top-priority wait {statistics.mean(waits):+.2f} steps, "
               f"real-time shortfall {sum(short):+d} GPU-steps "
-              f"({sum(x > 0 for x in short)} more, {sum(x < 0 for x in short)} less)")
+              f"({sum(x > 0 for x in short)} more, {sum(x < 0 for x in short)} less); "
+              f"under fifo on {below}; worst "
+              + ", ".join(f"{s.name} {c * 100:+.1f}%" for c, s in sorted(
+                  zip(ch, scen, strict=True), key=lambda x: x[0])[:3] if c < 0))
     return 0
 
 
