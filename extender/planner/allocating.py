@@ -19,7 +19,10 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    counts show what a trade leaves them. Such a job past `max_wait_steps` does
    not starve either: it trades at the first step a block of it frees (work
    planned after it goes around that), and the services give up their GPUs in
-   it ahead of time, at their swap cap.
+   it ahead of time, at their swap cap. And a job that fits beside the curve
+   only later may start now over it instead, when that is worth more than the
+   later start net of the shortfall (each queue order that meets such a trade
+   is planned once more taking it, and the objective picks).
 3. Blocks are chosen best-fit: the fullest node that fits, at a size-aligned
    offset when one is free, low GPUs first (services live at the top), so the
    free pool keeps the shapes later work can use.
@@ -49,9 +52,10 @@ from extender.planner import blocks, model, policies, scaling
 
 @dataclass
 class Options:
-    # Shortfall cost per GPU-step, x the service's priority. The services' curve is a
-    # floor for every job that fits beside it somewhere within reach; one that does not
-    # starts now if its value beats the shortfall it causes at this price.
+    # Shortfall cost per GPU-step, x the service's priority. A job starts over the
+    # services' curve only now, and only when that beats its start beside the curve (if
+    # any within reach) by more than the shortfall it causes at this price; 1e9 makes the
+    # curve a floor.
     realtime_penalty: float = 8.0
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
     max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
@@ -79,6 +83,11 @@ class Options:
     # Work planned after a starving job ends this share of its own estimate (at least
     # `overrun_guard` steps) before the starving job starts on its GPUs.
     starving_margin: float = 0.5
+    # A job that fits beside the services' curve only later may start now over it
+    # instead, when that is worth more than the later start net of the shortfall it
+    # causes: each queue order that meets such a trade is planned once more taking it,
+    # and the objective picks.
+    trade_sooner: bool = True
 
 
 @dataclass
@@ -265,14 +274,27 @@ class Gpuroster:
         frame = _Frame(c, W, R, occ, slack, locked, shrunk, overrun if inp.services else None,
                        guard, reach, ceiling, groups, shortable, starved, drain)
         best_at = len(passes)
+        again: list[tuple[int, list[model.QueuedJob], str]] = []
         for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
+            met: list[bool] = []  # whether a trade to start sooner would pay
             cand = self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
-                               trade_first=trade_first if mode == "trade-first" else None)
+                               trade_first=trade_first if mode == "trade-first" else None,
+                               met=met if o.trade_sooner and shortable else None)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
+            if met:
+                again.append((i, ordered, mode))
+        # The orders that met a trade to start a job sooner, planned again taking such
+        # trades: they win only by scoring more (a tie keeps the curve).
+        for _, ordered, mode in again:
+            cand = self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
+                               trade_first=trade_first if mode == "trade-first" else None,
+                               sooner=True)
+            if cand is not None and cand.score > best.score:
+                best = cand
         if best_at < len(passes):
             self._last_winner = best_at
 
@@ -358,12 +380,18 @@ class Gpuroster:
         beat: float,
         fill_now: bool = False,
         trade_first: list[str] | None = None,
+        sooner: bool = False,
+        met: list[bool] | None = None,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
         `reach[name]` is the most a job can add (starting now; the reward weight
         only decays), so the score so far plus the reach of the jobs still to place
         bounds the pass: below `beat`, it cannot win and is dropped unfinished.
+
+        A job that fits beside the services' curve only at a later step starts now
+        over it instead with `sooner`, when that is worth more net of the shortfall;
+        without, such a trade is only noted, by appending to `met` (once).
         """
         o = self.options
         c, W, guard, reach, starving = f.cluster, f.W, f.guard, f.reach, f.starving
@@ -512,7 +540,23 @@ class Gpuroster:
                     # Fullness counts batch work only: a node shared with a service is
                     # not "snug", since the service moves and jobs do not.
                     b = _best_fit(starts, size, full & ~occ[k], c)
-                    hold(q, k, end, b, q.priority * size * (cum[end] - cum[k]))
+                    later = q.priority * size * (cum[end] - cum[k])
+                    # Or now, over the services' curve, if that is worth more net of
+                    # the shortfall: taken with `sooner`, else only noted in `met`.
+                    if (k and tradable and (sooner or (met is not None and not met))
+                            and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
+                            and blocks.start_positions(free_now, size, c)):
+                        swap = _trade(q, 0, d, allow, occ, slack, short,
+                                      locked[0] | before_ahead(d, margin), shortable, c,
+                                      W, cum)
+                        if swap is not None and swap[1] > later:
+                            if met is not None and not sooner:
+                                met.append(True)
+                            else:
+                                hold(q, 0, d if d < W else W, *swap, traded=True)
+                                placed = True
+                                break
+                    hold(q, k, end, b, later)
                     placed = True
                     break
                 if not placed and not skip and limit:

@@ -423,6 +423,37 @@ def test_a_trade_goes_first_when_every_order_gives_its_block_away() -> None:
     assert alone.starts == {"first": model.Block(0, 4)} and "wide" not in alone.planned_start
 
 
+def _wide_job_that_fits_beside_the_curve_only_later(priority: float, **options: object
+                                                     ) -> model.Plan:
+    # One node of 8; "chat" (priority 5) wants 1 GPU at steps 9-21 and 33-45 and none
+    # between, so an 8-GPU job of 10 steps fits beside its curve only from step 22.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    forecast = ((0,) * 9 + (1,) * 13 + (0,) * 11 + (1,) * 13) * 3
+    v = model.ServiceState(name="chat", priority=5, max_swap=2, forecast=forecast)
+    inp = model.PlanInput(0, c, 24, (model.QueuedJob("wide", 8, 10, 0, priority),), (),
+                          (v,), frozenset())
+    plan = policies.create("gpuroster", **options).plan(inp)
+    simulating.check_step(inp, plan)
+    return plan
+
+
+def test_a_job_that_fits_only_later_starts_now_when_its_shortfall_costs_less() -> None:
+    # At priority 7, starting now is worth 56 a step for 10 steps at the weights of
+    # steps 0-9, less one GPU-step short at step 9 (40): more than the same 10 steps from
+    # step 22, by the time decay. So it starts now, and the plan gives chat none at step 9.
+    plan = _wide_job_that_fits_beside_the_curve_only_later(7.0)
+    assert plan.starts == {"wide": model.Block(0, 8)}
+    assert plan.service_counts["chat"][9] == 0 and plan.service_counts["chat"][10] == 1
+    # At priority 1 (8 a step) the GPU-step short costs more than the decay: it waits.
+    plan = _wide_job_that_fits_beside_the_curve_only_later(1.0)
+    assert plan.starts == {} and plan.planned_start["wide"] == 22
+    assert plan.service_counts["chat"][9] == 1
+    # So it does at priority 7 when the curve is a hard floor, or with the trade off.
+    for options in ({"realtime_penalty": 1e9}, {"trade_sooner": False}):
+        plan = _wide_job_that_fits_beside_the_curve_only_later(7.0, **options)
+        assert plan.starts == {} and plan.planned_start["wide"] == 22
+
+
 def test_a_service_moves_off_a_block_planned_for_next_step_within_its_node() -> None:
     # One node of 8; the service holds GPU 6 and needs 1, which leaves 7 for batch work.
     # Running: x on 0-3, y on 5 until step 8. "a" (2 GPUs) is planned next step on 6-7,
