@@ -548,8 +548,8 @@ class Gpuroster:
                             and blocks.start_positions(free_now, size, c)):
                         swap = _trade(q, 0, d, allow, occ, slack, short,
                                       locked[0] | before_ahead(d, margin), shortable, c,
-                                      W, cum)
-                        if swap is not None and swap[1] > later:
+                                      W, cum, floor=later)
+                        if swap is not None:
                             if met is not None and not sooner:
                                 met.append(True)
                             else:
@@ -602,16 +602,13 @@ class Gpuroster:
 def _trade(
     q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: list[int],
     short: list[int], locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
-    W: int, cum: tuple[float, ...],
+    W: int, cum: tuple[float, ...], floor: float = 0.0,
 ) -> tuple[model.Block, float] | None:
     """`q`'s block and value net of the real-time shortfall it causes if it starts at step
     `k` (its GPUs beyond the batch room at each step, taken from the services' curves
-    cheapest first), when a block is free and that value is positive; else None."""
+    cheapest first), when a block is free and that value is above `floor`; else None."""
     size = q.gpus
     end = k + d if k + d < W else W
-    starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
-    if not starts:
-        return None
     net = q.priority * size * (cum[end] - cum[k])
     for t in range(k, end):
         over = size - max(0, slack[t])
@@ -630,8 +627,13 @@ def _trade(
                 break
         if over:  # past every curve: the room kept for a running job's overrun
             net -= shortable[0][0] * over * weight
-        if net <= 0:
+        if net <= floor:
             return None
+    if net <= floor:
+        return None
+    starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
+    if not starts:
+        return None
     return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
 
 
