@@ -633,6 +633,52 @@ def test_a_starving_job_only_a_trade_starts_gets_the_cluster_despite_a_stream(
         ext.stop()
 
 
+def test_a_gang_that_fits_beside_the_curve_only_later_trades_to_start_now(
+        core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """A whole-cluster gang of 6 steps beside a service that wants 1 GPU from 4 to 9 steps
+    from now and none after: beside the curve it fits only from step +10. Starting now is
+    worth more (priority 8 on every GPU for 6 steps against at most 3 GPU-steps short at
+    8 x 1), so the plan trades: the gang binds on every node before the demand comes, and
+    the service stays at 0 replicas while its curve asks for 1."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    nodes = len(core.list_node(label_selector=objects.TOPOLOGY_ORDER_LABEL).items)
+    ext = Extender(cluster, namespace, tmp_path)
+    try:
+        ext.start()
+        s = int(ext.get("/plan")["step"])
+        curve = [1 if s + 4 <= k < s + 10 else 0 for k in range(400)]  # cyclic from the epoch
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
+        apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
+            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
+            "gpuroster.io/priority": "low"}))
+        wide = gang_pods(core, namespace, "wide", nodes, 8, runtime=f"{6 * STEP:g}s",
+                         duration=f"{6 * STEP:g}s", priority="critical")
+        bound = wait_for(lambda: all_bound(core, namespace, wide), 30,
+                         "the wide gang bound")
+        at = int(ext.get("/plan")["step"]) - s
+        print(f"[e2e] the wide gang ({nodes * 8} GPUs) bound in step +{at}; the service's "
+              "demand comes at +4, and beside it the gang's first start is +10")
+        assert at < 4, f"bound in step +{at}: it waited instead of trading"
+        assert {p.spec.node_name for p in bound} == {
+            n.metadata.name for n in core.list_node(
+                label_selector=objects.TOPOLOGY_ORDER_LABEL).items}
+        # It holds every GPU until at least step +6: the service gives its GPU up there.
+        seen: list[tuple[int, int]] = []
+        while (k := int(ext.get("/plan")["step"]) - s) < 6:
+            rep = int(apps.read_namespaced_deployment(name="svc",
+                                                      namespace=namespace).spec.replicas or 0)
+            if int(ext.get("/plan")["step"]) - s == k:
+                seen.append((k, rep))
+            time.sleep(STEP / 4)
+        print(f"[e2e] (step, replicas): {seen}")
+        assert [r for k, r in seen if k in (4, 5)] and all(r == 0 for k, r in seen if k >= 4)
+    finally:
+        ext.stop()
+
+
 def test_a_pods_priority_class_value_maps_to_a_configured_class(
         core: Any, api_client: Any, cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     """The real API server copies the PriorityClass's value into spec.priority; with
