@@ -274,25 +274,29 @@ class Gpuroster:
         frame = _Frame(c, W, R, occ, slack, locked, shrunk, overrun if inp.services else None,
                        guard, reach, ceiling, groups, shortable, starved, drain)
         best_at = len(passes)
-        again: list[tuple[int, list[model.QueuedJob], str]] = []
+
+        def place(ordered: list[model.QueuedJob], mode: str, sooner: bool = False,
+                  met: list[bool] | None = None) -> _Candidate | None:
+            """One pass of a queue order in its mode, to beat the best plan so far."""
+            return self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
+                               trade_first=trade_first if mode == "trade-first" else None,
+                               sooner=sooner, met=met)
+
+        again: list[tuple[list[model.QueuedJob], str]] = []
         for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
             met: list[bool] = []  # whether a trade to start sooner would pay
-            cand = self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
-                               trade_first=trade_first if mode == "trade-first" else None,
-                               met=met if o.trade_sooner and shortable else None)
+            cand = place(ordered, mode, met=met if o.trade_sooner and shortable else None)
             if cand is not None and (cand.score > best.score
                                      or (cand.score == best.score and i < best_at)):
                 best, best_at = cand, i
             if met:
-                again.append((i, ordered, mode))
+                again.append((ordered, mode))
         # The orders that met a trade to start a job sooner, planned again taking such
         # trades: they win only by scoring more (a tie keeps the curve).
-        for _, ordered, mode in again:
-            cand = self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
-                               trade_first=trade_first if mode == "trade-first" else None,
-                               sooner=True)
+        for ordered, mode in again:
+            cand = place(ordered, mode, sooner=True)
             if cand is not None and cand.score > best.score:
                 best = cand
         if best_at < len(passes):
