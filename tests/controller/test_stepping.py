@@ -13,7 +13,6 @@ from extender.adapter import annotations as ann
 from extender.adapter import watching
 from extender.controller import clock as clock_mod
 from extender.controller import stepping
-from tests import kubefake
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
 
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -351,8 +350,36 @@ def test_missing_demand_configmap_is_reported_on_pending_pods() -> None:
         "gpuroster.io/demand-configmap": "nope"}))
     rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
     rig.step()
-    assert any("not found" in e["message"] for e in rig.fake.events)
-    assert kubefake  # module used for builders
+    (said,) = [e for e in rig.fake.events if e["reason"] == "InvalidDemand"]
+    assert said["message"] == ("service ns/svc: gpuroster.io/demand-configmap: "
+                               "ConfigMap ns/nope not found")
+
+
+@pytest.mark.parametrize("steps", [1, 3], ids=["first-step", "steps-later"])
+def test_a_service_whose_demand_breaks_keeps_its_gpus_out_of_the_plan(steps: int) -> None:
+    """Its running replicas still hold GPUs: no gang is promised them, its replica
+    count is left alone, and once the demand source is mended it is planned again."""
+    rig = Rig(nodes=1)
+    rig.fake.add("deployments", deployment("svc", replicas=6, notes={
+        "gpuroster.io/demand-configmap": "nope"}))
+    for i in range(6):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on("gpu-node-0").build())
+    rig.step()
+    for _ in range(steps - 1):
+        rig.advance()
+    wide = gang(rig.fake, "wide", 1, 4, d="1h")
+    narrow = gang(rig.fake, "narrow", 1, 2, d="1h")
+    r = rig.step()
+    assert r.admitted == ["ns/narrow"]
+    assert ann.BLOCK not in rig.notes(wide[0]) and ann.BLOCK in rig.notes(narrow[0])
+    assert not [c for c in rig.fake.calls if c[0] == "scale"]
+    held = [row[0] for row in rig.ctl.view["grid"]]
+    assert held.count("ns/narrow") == 2 and held.count(None) == 0
+    rig.fake.add("configmaps", configmap("nope", curve="6"))
+    r = rig.advance()
+    assert r.plan.service_gpus["ns/svc"] and len(r.plan.service_gpus["ns/svc"]) == 6
+    assert ann.BLOCK not in rig.notes(wide[0])
 
 
 def test_follower_answers_from_annotations_but_never_writes() -> None:
