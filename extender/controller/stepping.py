@@ -292,9 +292,9 @@ class Controller:
             except ann.AnnotationError as e:
                 problems[name] = str(e)
                 # Not planned this step, but its running replicas still hold GPUs:
-                # keep those out of everyone else's plan.
-                kept = frozenset(x for x in prev.get(name, frozenset()) if x < c.gpus)
-                kept = kept or self._placed_set(snap, sv, taken)
+                # keep those out of everyone else's plan, where the pods really are
+                # (the GPUs last planned for it first on each of their nodes).
+                kept = self._placed_set(snap, sv, taken, prefer=prev.get(name, frozenset()))
                 taken |= _mask(kept)
                 frozen |= kept
                 continue
@@ -368,13 +368,14 @@ class Controller:
         return frozenset(out)
 
     def _placed_set(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
-                    taken: int) -> frozenset[int]:
-        """After a restart: the service's GPUs from where its pods run (top of each node)."""
+                    taken: int, prefer: frozenset[int] = frozenset()) -> frozenset[int]:
+        """The service's GPUs from where its pods run: on each node, those in `prefer`
+        first, then from the top (after a restart, or when it cannot be planned)."""
         out: set[int] = set()
         for node, n in sv.gpus_by_node.items():
             if node not in snap.node_index:
                 continue
-            for gpu in reversed(snap.node_gpus(node)):
+            for gpu in sorted(snap.node_gpus(node), key=lambda x: (x not in prefer, -x)):
                 if n <= 0:
                     break
                 if not taken >> gpu & 1:

@@ -382,6 +382,25 @@ def test_a_service_whose_demand_breaks_keeps_its_gpus_out_of_the_plan(steps: int
     assert ann.BLOCK not in rig.notes(wide[0])
 
 
+def test_a_service_whose_demand_breaks_is_held_where_its_pods_run() -> None:
+    """Frozen on the node its pods are on, not on the GPUs the last plan gave it."""
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="2"))
+    rig.fake.add("deployments", deployment("svc", replicas=2, notes={
+        "gpuroster.io/demand-configmap": "d"}))
+    rig.step()
+    (planned,) = [n for n, k in rig.ctl.table.service_planned["ns/svc"].items() if k]
+    other = "gpu-node-0" if planned == "gpu-node-1" else "gpu-node-1"
+    for i in range(2):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on(other).build())
+    rig.fake.delete("configmaps", "ns/d")
+    keys = gang(rig.fake, "whole", 1, 8, d="1h")
+    r = rig.advance()
+    assert r.admitted == ["ns/whole"]
+    assert rig.notes(keys[0])[ann.NODE] == planned
+
+
 def test_follower_answers_from_annotations_but_never_writes() -> None:
     rig = Rig()
     keys = gang(rig.fake, "g", 2, 2)
