@@ -195,7 +195,6 @@ def test_sixteen_gpu_gang_gets_two_whole_consecutive_nodes(
 def test_later_higher_priority_gang_starts_first_and_the_lower_one_still_runs(
         core: Any, namespace: str, extender: Extender) -> None:
     nodes = len(core.list_node(label_selector=objects.TOPOLOGY_ORDER_LABEL).items)
-    full = nodes * 8
     blocker = gang_pods(core, namespace, "blocker", nodes, 8, runtime="8s", duration="10s")
     wait_for(lambda: all_bound(core, namespace, blocker), 30, "the blocker to bind")
     low = gang_pods(core, namespace, "low", nodes, 8, runtime="4s", duration="6s",
@@ -203,7 +202,6 @@ def test_later_higher_priority_gang_starts_first_and_the_lower_one_still_runs(
     time.sleep(1.0)
     high = gang_pods(core, namespace, "high", nodes, 8, runtime="4s", duration="6s",
                      priority="critical")
-    assert full == nodes * 8
     # while the blocker runs, both wait and say why
     waiting = core.read_namespaced_pod(low[0], namespace)
     assert not waiting.spec.node_name
@@ -213,7 +211,7 @@ def test_later_higher_priority_gang_starts_first_and_the_lower_one_still_runs(
     low_pods = wait_for(lambda: all_bound(core, namespace, low), 60, "the low gang")
     assert admitted_at(low_pods[0]) > admitted_at(high_pods[0])
     msgs = " ".join(e.message or "" for e in events_for(core, namespace, low[0]))
-    assert "planned start" in msgs or "waiting" in msgs
+    assert "planned start" in msgs, msgs
 
 
 def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(

@@ -117,10 +117,9 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
             with urllib.request.urlopen(req, timeout=5) as r:
                 assert r.status == 200
         bad = urllib.request.Request(f"{url}/filter", data=b"{nope", headers=headers)
-        try:
+        with pytest.raises(urllib.error.HTTPError) as refused_body:
             urllib.request.urlopen(bad, timeout=5)
-        except urllib.error.HTTPError as e:
-            assert e.code == 400
+        assert refused_body.value.code == 400
         served = {}
         for path in ("/plan", "/plan/view", "/metrics", "/healthz", "/readyz"):
             req = urllib.request.Request(url + path, headers=headers)
