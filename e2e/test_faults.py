@@ -417,8 +417,8 @@ def test_apiserver_down_for_30s_filter_answers_from_cache_and_watches_resume(
     check_record(core, ns, [before, after])
     assert restarts["gone"] <= informers, "a relist storm: more than one relist per informer"
     log = ext.log_path.read_text(errors="replace")
-    print(f"[faults]   over the run: {log.count('step failed')} step rounds failed (the commit "
-          f"meets the outage), {log.count('watch crashed')} watch crashes, "
+    print(f"[faults]   over the run: {log.count('step failed')} step rounds failed, "
+          f"{log.count('watch crashed')} watch crashes, "
           f"{log.count('unexpected error on')} unexpected verb errors")
     assert "watch crashed" not in log, "a watch crashed instead of resuming"
     assert "unexpected error on" not in log, "an extender verb failed during the outage"

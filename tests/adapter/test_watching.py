@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,7 +36,10 @@ def test_list_then_watch_keeps_the_cache() -> None:
         wait(lambda: inf.get("ns/b") is not None)
         fake.delete("pods", "ns/a")
         wait(lambda: inf.get("ns/a") is None)
-        assert changes
+        # the list, the ADDED of b and the DELETED of a, each naming the informer's kind
+        wait(lambda: len(changes) >= 3)
+        time.sleep(0.05)  # room for a stray extra call to show up
+        assert changes == ["pods", "pods", "pods"]
     finally:
         inf.stop()
 
@@ -124,6 +126,12 @@ def test_cache_assumed_bindings_drop_once_visible() -> None:
     assert cache.assumed() == {}
 
 
+def shape(cache: watching.Cache) -> dict[str, list[str | None]]:
+    """Each kind's informers, by namespace (None: all namespaces); each watches its kind."""
+    assert all(i.kind == k for k, group in cache.informers.items() for i in group)
+    return {k: [i.namespace for i in group] for k, group in cache.informers.items()}
+
+
 def test_namespaced_cache_has_one_informer_per_namespace() -> None:
     fake = FakeKube()
     fake.add("pods", make_pod("a", "x").build())
@@ -132,4 +140,16 @@ def test_namespaced_cache_has_one_informer_per_namespace() -> None:
     for i in cache.all():
         i.relist()
     assert [p["metadata"]["name"] for p in cache.items("pods")] == ["a"]
-    assert threading.active_count() >= 1
+    assert cache.namespaces == ("x",)
+    assert shape(cache) == {"nodes": [None], "pods": ["x"], "deployments": ["x"],
+                            "configmaps": ["x"]}
+    both = watching.Cache(fake, ["x", "y"])
+    for i in both.all():
+        i.relist()
+    assert both.namespaces == ("x", "y")
+    assert shape(both) == {"nodes": [None], "pods": ["x", "y"], "deployments": ["x", "y"],
+                           "configmaps": ["x", "y"]}
+    assert [(i.namespace, [p["metadata"]["name"] for p in i.items()])
+            for i in both.informers["pods"]] == [("x", ["a"]), ("y", ["b"])]
+    assert shape(watching.Cache(fake)) == {"nodes": [None], "pods": [None],
+                                           "deployments": [None], "configmaps": [None]}

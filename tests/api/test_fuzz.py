@@ -359,5 +359,10 @@ def test_schemathesis_over_the_verbs(app: Any) -> None:
 
         check()
     seen.report()
-    print(f"[fuzz] schemathesis: {count[0]} generated calls over "
-          f"{len(list(schema.get_all_operations()))} operations")
+    operations = len(list(schema.get_all_operations()))
+    print(f"[fuzz] schemathesis: {count[0]} generated calls over {operations} operations")
+    # cases were really generated and sent, to every verb
+    assert operations == len(VERBS)
+    assert count[0] > 0
+    assert sorted(seen.codes) == sorted(VERBS), seen.codes
+    assert sum(n for by in seen.codes.values() for n in by.values()) == count[0]

@@ -308,18 +308,23 @@ def test_service_follows_its_curve_within_the_swap_cap() -> None:
     rig.fake.add("configmaps", configmap("chat-demand", curve="[2, 4, 6, 2]"))
     rig.fake.add("deployments", deployment("chat", replicas=0, notes={
         "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
-    replicas = []
+    replicas, wanted = [], []
     for k in range(5):
         r = rig.step() if k == 0 else rig.advance()
         replicas.append(rig.fake.objects["deployments"]["ns/chat"]["spec"]["replicas"])
+        wanted.append(rig.ctl.view["services"]["ns/chat"]["forecast"][0])
         assert r.step == k
     # step 0: no cap yet (2); then +2 per step at most; down to 2 once the curve drops
-    assert replicas[0] == 2
+    assert wanted == [2, 4, 6, 2, 2]
+    assert replicas == [2, 4, 6, 4, 2]
     for a, b in zip(replicas, replicas[1:], strict=False):
         assert abs(a - b) <= 2
-    assert replicas[1:3] == [4, 6]
+    # the curve drops 6 -> 2 at step 3: the cap holds it at 4 there, and it reaches 2 at step 4
+    assert replicas[3] == 4 > wanted[3]
+    assert replicas[4] == wanted[4] == 2
     view = rig.ctl.view
-    assert view["services"]["ns/chat"]["forecast"][:2] == [2, 4] or view["step"] == 4
+    assert view["step"] == 4
+    assert view["services"]["ns/chat"]["forecast"][:6] == [2, 4, 6, 2, 2, 4]
 
 
 def test_service_pods_go_where_the_plan_holds_gpus() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.planner import generator, model
+from extender.planner import blocks, generator, model
 
 
 @pytest.mark.parametrize(
@@ -36,11 +36,15 @@ def test_scenario_obeys_model(gpus: int, jobs: int, gpn: int) -> None:
     assert len(s.jobs) == jobs
     names = [j.name for j in s.jobs] + [x.name for x in s.services]
     assert len(set(names)) == len(names)
+    empty = (1 << gpus) - 1
     for j in s.jobs:
         assert j.type in model.BATCH_TYPES
         assert model.is_power_of_two(j.gpus) and j.gpus <= gpus
-        # Some legal block exists for the size (<= G inside a node, else whole nodes).
-        assert j.gpus <= gpn or j.gpus % gpn == 0
+        # Some legal block exists for the size (<= G inside a node, else whole nodes):
+        # the planner's block search finds one on the empty cluster, and MODEL.md's rule
+        # accepts it.
+        b = blocks.lowest(empty, j.gpus, s.cluster)
+        assert b is not None and b.size == j.gpus and b.is_legal(s.cluster), j.name
         assert 1 <= j.duration_steps <= 7 * 24 and j.estimate_steps == j.duration_steps
         assert 0 <= j.arrival_step < s.duration_steps
         assert 1 <= j.priority <= 8
