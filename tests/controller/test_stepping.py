@@ -60,6 +60,13 @@ def gang(fake: FakeKube, name: str, pods: int, gpus: int, **kw: Any) -> list[str
     return keys
 
 
+def service_pods(rig: Rig, n: int, node: str) -> None:
+    """`n` running 1-GPU replicas of Deployment "svc" on `node`."""
+    for i in range(n):
+        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
+                     .on(node).build())
+
+
 def test_gang_of_four_is_admitted_whole_on_one_node() -> None:
     rig = Rig()
     keys = gang(rig.fake, "g", 4, 2)
@@ -367,9 +374,7 @@ def test_a_service_whose_demand_breaks_keeps_its_gpus_out_of_the_plan(steps: int
     rig = Rig(nodes=1)
     rig.fake.add("deployments", deployment("svc", replicas=6, notes={
         "gpuroster.io/demand-configmap": "nope"}))
-    for i in range(6):
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on("gpu-node-0").build())
+    service_pods(rig, 6, "gpu-node-0")
     rig.step()
     for _ in range(steps - 1):
         rig.advance()
@@ -396,9 +401,7 @@ def test_a_service_whose_demand_breaks_is_held_where_its_pods_run() -> None:
     rig.step()
     (planned,) = [n for n, k in rig.ctl.table.service_planned["ns/svc"].items() if k]
     other = "gpu-node-0" if planned == "gpu-node-1" else "gpu-node-1"
-    for i in range(2):
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on(other).build())
+    service_pods(rig, 2, other)
     rig.fake.delete("configmaps", "ns/d")
     keys = gang(rig.fake, "whole", 1, 8, d="1h")
     r = rig.advance()
@@ -572,9 +575,8 @@ def test_replanning_mid_step_keeps_the_swap_cap() -> None:
     rig.clock.advance(rig.settings.step_seconds)  # step 1: the cap applies
     rig.step()
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
-    for i in range(2):  # its pods land; a re-plan in the same step must not grow it again
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on("gpu-node-0").build())
+    # its pods land; a re-plan in the same step must not grow it again
+    service_pods(rig, 2, "gpu-node-0")
     rig.clock.advance(1)
     rig.step()
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
@@ -629,9 +631,7 @@ def test_gpus_of_a_service_with_a_broken_demand_source_stay_out_of_the_plan() ->
     rig = Rig(nodes=2)
     rig.fake.add("deployments", deployment("svc", replicas=8, notes={
         "gpuroster.io/demand-configmap": "missing"}))
-    for i in range(8):
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on("gpu-node-0").build())
+    service_pods(rig, 8, "gpu-node-0")
     keys = gang(rig.fake, "big", 1, 8)
     r = rig.step()
     assert "ns/big" in r.admitted
@@ -664,9 +664,7 @@ def test_service_pods_where_the_plan_did_not_put_them_still_hold_their_gpus() ->
     planned = rig.ctl.table.service_planned["ns/svc"]
     (planned_node,) = [n for n, k in planned.items() if k]
     other = "gpu-node-0" if planned_node == "gpu-node-1" else "gpu-node-1"
-    for i in range(2):
-        rig.fake.add("pods", make_pod(f"svc-abc12-{i}").gpus(1).owned_by_deployment("svc")
-                     .on(other).build())
+    service_pods(rig, 2, other)
     keys = gang(rig.fake, "whole", 1, 8)
     r = rig.advance()
     assert "ns/whole" not in r.admitted, rig.notes(keys[0]).get(ann.BLOCK)
