@@ -195,6 +195,9 @@ class ServiceState:
     # The nodes (indices) its pods may run on, by the pod template's node selector,
     # affinity and tolerations; None: any node.
     nodes: frozenset[int] | None = None
+    # GPUs per replica: a replica's GPUs are on one node, so the service's set holds a
+    # multiple of this on every node. Scenario services are 1 (any GPU will do).
+    unit: int = 1
 
     def allowed(self, cluster: Cluster) -> int:
         """Mask of the GPUs this service may hold."""

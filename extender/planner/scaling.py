@@ -16,6 +16,8 @@ def assign(
     free: int,
     max_swap: int | None,
     wanted: tuple[int, ...] = (),
+    unit: int = 1,
+    per_node: int = 0,
 ) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
@@ -30,7 +32,11 @@ def assign(
     moves to one wanted later, the latest there is: the job that can start next
     step then does not wait on a service that had nowhere better to go, and the
     plan that put it there, which counted on the service moving, holds.
+    With `unit` > 1 (GPUs per replica, nodes of `per_node` GPUs) the set holds
+    whole replicas: a multiple of `unit` GPUs on every node (`_assign_units`).
     """
+    if unit > 1:
+        return _assign_units(current, target, free, max_swap, wanted, unit, per_node)
     avoid = 0
     for w in wanted:
         avoid |= w
@@ -75,6 +81,88 @@ def assign(
         elsewhere &= ~(1 << top)
         budget -= 2
     return blocks.set_of(keep_mask)
+
+
+def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int | None,
+                  wanted: tuple[int, ...], unit: int, per_node: int) -> frozenset[int]:
+    """`assign` for replicas of `unit` GPUs, each inside one node.
+
+    The same preferences as one GPU at a time, in whole replicas: keep what it
+    has, grow into the highest free nodes with room for a replica, give back
+    replicas on nodes planned jobs want (else the lowest), and move off planned
+    blocks within the node, or a whole replica to another node when budget allows.
+    GPUs a node holds beyond a multiple of `unit` host no replica: they go first,
+    as far as the cap allows.
+    """
+    avoid = 0
+    for w in wanted:
+        avoid |= w
+    urgent = wanted[0] if wanted else 0
+    keep = blocks.mask_of(current) & free
+    budget = (10**9 if max_swap is None else max_swap) - (len(current) - keep.bit_count())
+    full = (1 << per_node) - 1
+    nodes = [full << (i * per_node)
+             for i in range(-(-max(free | keep, 1).bit_length() // per_node))]
+
+    def shed(node: int, n: int) -> None:
+        # n of the service's GPUs on `node`: those planned jobs want first, lowest first
+        nonlocal keep
+        mine = keep & node
+        for g in [*blocks.bits(mine & avoid), *blocks.bits(mine & ~avoid)][:n]:
+            keep &= ~(1 << g)
+
+    def room(node: int, spare: bool) -> list[int]:
+        # GPUs for a new replica on `node`, highest first: unwanted ones (all, unless spare)
+        idle = free & ~keep & node
+        return ([*blocks.bits_high_first(idle & ~avoid)]
+                + ([] if spare else [*blocks.bits_high_first(idle & avoid)]))
+
+    for node in nodes:
+        odd = min((keep & node).bit_count() % unit, max(budget, 0))
+        if odd:
+            shed(node, odd)
+            budget -= odd
+    have = keep.bit_count()
+    goal = target - target % unit
+    if goal < have:
+        for _ in range(min(have - goal, max(budget, 0)) // unit):
+            node = max((n for n in nodes if keep & n),
+                       key=lambda n: ((keep & n & avoid).bit_count(), -n))
+            shed(node, unit)
+            budget -= unit
+    elif goal > have:
+        for _ in range(min(goal - have, max(budget, 0)) // unit):
+            for spare in (True, False):
+                fits = [n for n in nodes if len(room(n, spare)) >= unit]
+                if fits:
+                    for g in room(max(fits), spare)[:unit]:
+                        keep |= 1 << g
+                    budget -= unit
+                    break
+            else:
+                break
+    # Off planned blocks: within the node (one GPU out and one in), else a whole replica
+    # to a node with room nobody wants soon.
+    for node in nodes:
+        for g in [*blocks.bits(keep & node & urgent), *blocks.bits(keep & node & avoid & ~urgent)]:
+            if budget < 2:
+                break
+            to = free & ~keep & ~avoid & node
+            if not to and urgent >> g & 1:
+                to = _wanted_last(free & ~keep & ~urgent & node, wanted)
+            if to:
+                keep = (keep & ~(1 << g)) | (1 << (to.bit_length() - 1))
+                budget -= 2
+    for node in nodes:
+        while keep & node & avoid and budget >= 2 * unit:
+            fits = [n for n in nodes if n != node and len(room(n, True)) >= unit]
+            if not fits:
+                break
+            for g in room(max(fits), True)[:unit]:
+                keep |= 1 << g
+            shed(node, unit)
+            budget -= 2 * unit
+    return blocks.set_of(keep)
 
 
 def _wanted_last(candidates: int, wanted: tuple[int, ...]) -> int:

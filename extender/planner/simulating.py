@@ -117,6 +117,13 @@ def check_step(inp: model.PlanInput, plan: model.Plan) -> None:
         if used & m:
             raise IllegalPlan(f"step {inp.now}: {name!r} given GPUs in use")
         used |= m
+        if v.unit > 1:
+            g = c.gpus_per_node
+            for node in {x // g for x in gpus}:
+                here = sum(1 for x in gpus if x // g == node)
+                if here % v.unit:
+                    raise IllegalPlan(f"step {inp.now}: {name!r} holds {here} GPUs on node "
+                                      f"{node}, not whole replicas of {v.unit}")
         if inp.now > 0:
             swapped = len(gpus ^ v.current_gpus)
             if swapped > v.max_swap:

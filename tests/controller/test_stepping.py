@@ -10,7 +10,7 @@ import pytest
 
 from extender import config
 from extender.adapter import annotations as ann
-from extender.adapter import watching
+from extender.adapter import snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import stepping
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
@@ -345,6 +345,28 @@ def test_service_pods_go_where_the_plan_holds_gpus() -> None:
     assert sum(planned.values()) == 3
     passed, _ = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0", "gpu-node-1"])
     assert passed and all(planned.get(n, 0) > 0 for n in passed)
+
+
+def test_a_replica_of_two_gpus_gets_both_on_one_node() -> None:
+    """The top free GPUs are one on each node (gpu-node-1 holds 7 GPUs of jobs): a
+    2-GPU replica must get two on gpu-node-0, or its pod would fit nowhere."""
+    rig = Rig(nodes=2)
+    for name, gpus, on, lo in [("a", 4, "gpu-node-0", 0), ("b", 4, "gpu-node-1", 0),
+                               ("c", 2, "gpu-node-1", 4), ("d", 1, "gpu-node-1", 6)]:
+        rig.fake.add("pods", make_pod(f"{name}-0").gpus(gpus).gang(name, 1).duration("10h")
+                     .annotate(**{ann.BLOCK: f"{on}:{lo}-{lo + gpus - 1}", ann.NODE: on,
+                                  ann.ADMITTED_AT: snapshot.format_time(START)})
+                     .on(on).build())
+    rig.fake.add("configmaps", configmap("d", curve="4"))
+    rig.fake.add("deployments", deployment("svc", replicas=0, gpus=2, notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+    rig.step()
+    assert rig.ctl.table.service_planned["ns/svc"] == {"gpu-node-0": 4}
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
+    rig.fake.add("pods", make_pod("svc-abc12-0").gpus(2).owned_by_deployment("svc").build())
+    rig.sync()
+    passed, _ = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-0"), ["gpu-node-0", "gpu-node-1"])
+    assert passed == ["gpu-node-0"]
 
 
 def test_plan_view_has_the_grid() -> None:

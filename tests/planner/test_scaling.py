@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.planner import blocks, scaling
 
@@ -53,3 +55,70 @@ def test_releasable_is_what_the_cap_allows() -> None:
     assert scaling.releasable(frozenset({1, 2, 3}), 3, 2) == 1  # one out, one in
     assert scaling.releasable(frozenset({1, 2, 3}), 1, 2) == 2  # shrink by two
     assert scaling.releasable(frozenset({1, 2, 3}), 5, 2) == 0  # growing takes the cap
+
+
+# Replicas of two GPUs on the same two nodes of 4 GPUs.
+UNIT_CASES = [
+    # id, current, target, free, cap, wanted, want
+    ("a replica on one node, not one GPU on each", set(), 2, m(3, 7), None, (), set()),
+    ("grows into the highest node with room", set(), 2, m(2, 3, 6), None, (), {2, 3}),
+    ("grows by whole replicas only", {6, 7}, 6, m(2, 3, 5, 6, 7), 4, (), {2, 3, 6, 7}),
+    ("not past the cap", {6, 7}, 6, m(0, 1, 2, 3, 6, 7), 3, (), {2, 3, 6, 7}),
+    ("a cap under a replica does not grow", {6, 7}, 4, m(2, 3, 6, 7), 1, (), {6, 7}),
+    ("sheds the replica on the node planned jobs want", {2, 3, 6, 7}, 2, m(2, 3, 6, 7), 2,
+     (0, m(6)), {2, 3}),
+    ("else the one on the lowest node", {2, 3, 6, 7}, 2, m(2, 3, 6, 7), 2, (), {6, 7}),
+    ("a GPU that holds no replica goes first", {3, 6, 7}, 2, m(3, 6, 7), 1, (), {6, 7}),
+    ("moves off a planned block within its node", {6, 7}, 2, m(4, 5, 6, 7), 2,
+     (m(7),), {5, 6}),
+    ("else a whole replica to another node", {6, 7}, 2, m(2, 3, 6, 7), 4,
+     (m(4, 5, 6, 7),), {2, 3}),
+    ("not without the swap for a whole replica", {6, 7}, 2, m(2, 3, 6, 7), 3,
+     (m(4, 5, 6, 7),), {6, 7}),
+    ("a move costs two swaps a GPU", {4, 5, 6, 7}, 4, m(0, 1, 2, 3, 4, 5, 6, 7), 6,
+     (m(4, 5, 6, 7),), {2, 3, 6, 7}),
+]
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "free", "cap", "wanted", "want"),
+    [c[1:] for c in UNIT_CASES],
+    ids=[c[0] for c in UNIT_CASES],
+)
+def test_assign_whole_replicas(
+    current: set[int], target: int, free: int, cap: int | None, wanted: tuple[int, ...],
+    want: set[int]
+) -> None:
+    got = scaling.assign(frozenset(current), target, free, cap, wanted, unit=2, per_node=4)
+    assert got == frozenset(want)
+    if cap is not None:
+        assert len(got ^ frozenset(current)) <= cap
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_whole_replicas_within_the_cap_and_the_free_gpus(data: st.DataObject) -> None:
+    """Whatever it is given, the set holds whole replicas on every node, only free
+    GPUs, grows no further than the target, and swaps no more than the cap."""
+    per_node = data.draw(st.sampled_from([2, 4, 8]), "per_node")
+    unit = data.draw(st.sampled_from([u for u in (2, 4, 8) if u <= per_node]), "unit")
+    nodes = data.draw(st.integers(1, 4), "nodes")
+    gpus = nodes * per_node
+    free = data.draw(st.integers(0, (1 << gpus) - 1), "free")
+    # the current set: whole replicas on some nodes, as the controller builds it
+    current: set[int] = set()
+    for n in range(nodes):
+        k = data.draw(st.integers(0, per_node // unit), f"replicas on node {n}") * unit
+        current |= set(range((n + 1) * per_node - k, (n + 1) * per_node))
+    free |= blocks.mask_of(frozenset(current))  # callers leave it what no job took
+    target = data.draw(st.integers(0, gpus), "target")
+    cap = data.draw(st.one_of(st.none(), st.integers(0, 2 * gpus)), "cap")
+    wanted = tuple(data.draw(st.lists(st.integers(0, (1 << gpus) - 1), max_size=3), "wanted"))
+    got = scaling.assign(frozenset(current), target, free, cap, wanted, unit, per_node)
+    assert blocks.mask_of(got) & ~free == 0
+    if cap is not None:
+        assert len(got ^ frozenset(current)) <= cap
+    for n in range(nodes):
+        here = sum(1 for g in got if g // per_node == n)
+        assert here % unit == 0, (n, here, sorted(got))
+    assert len(got) <= len(current) or len(got) <= target
