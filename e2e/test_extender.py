@@ -344,6 +344,50 @@ def test_inference_replicas_land_on_the_nodes_their_template_selects(
         assert set(on) == {first}, on
 
 
+def test_a_two_gpu_inference_replica_gets_both_gpus_on_one_node(
+        core: Any, api_client: Any, namespace: str, nodes: list[str],
+        extender: Extender) -> None:
+    """The highest free GPU (services grow into the top) is alone on the last node and
+    the node below it is empty: the replica's two GPUs must both be on that node, or
+    its pod fits nowhere and stays pending."""
+    from kubernetes import client
+
+    order = sorted(nodes, key=lambda n: node_order(core, n))
+    top, below = order[-1], order[-2]
+    key = "gpuroster-e2e/top"
+    with node_label(core, top, key, "yes"):
+        held = []
+        for name, gpus in (("t4", 4), ("t2", 2), ("t1", 1)):  # 7 of the top node's 8
+            notes = {"gpuroster.io/gang": name, "gpuroster.io/gang-size": "1",
+                     "gpuroster.io/expected-duration": "120s"}
+            body = objects.pod(f"{name}-0", gpus=gpus, runtime="120s", annotations=notes)
+            body["spec"]["nodeSelector"] = {key: "yes"}
+            core.create_namespaced_pod(namespace, body)
+            held.append(f"{name}-0")
+        for i in range(len(nodes) - 2):  # every node under `below`
+            held += gang_pods(core, namespace, f"fill{i}", 1, 8, runtime="120s",
+                              duration="120s")
+        bound = wait_for(lambda: all_bound(core, namespace, held), 30, "the jobs to bind")
+        on = {p.metadata.name: p.spec.node_name for p in bound}
+        assert below not in on.values(), on
+        assert [on[n] for n in ("t4-0", "t2-0", "t1-0")] == [top] * 3, on
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "big-demand"}, "data": {"curve": json.dumps([2] * 24)}})
+        client.AppsV1Api(api_client).create_namespaced_deployment(
+            namespace, objects.inference_deployment("big", {
+                "gpuroster.io/demand-configmap": "big-demand",
+                "gpuroster.io/max-swap": "4"}, gpus=2))
+
+        def placed() -> list[str] | None:
+            pods = core.list_namespaced_pod(namespace, label_selector="app=big").items
+            return [p.spec.node_name for p in pods if p.spec.node_name] or None
+
+        at = wait_for(placed, 8 * STEP, "the 2-GPU replica to bind")
+        assert at == [below], at
+        planned = extender.get("/plan")["services"][f"{namespace}/big"]
+        print(f"[e2e] 2-GPU replica on {at[0]}; the plan's service entry: {planned}")
+
+
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client
