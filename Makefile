@@ -14,6 +14,7 @@
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
 #   make bench-round     one controller round (snapshot, plan, commit) without I/O
+#   make bench-replicas  one service's set for one step, by GPUs per replica (64 and 512 nodes)
 #   make audit           pip-audit of the installed dependencies
 #   make manifests       re-render deploy/manifests/gpuroster.yaml from the chart
 
@@ -121,6 +122,10 @@ bench-scale: venv cluster-bin
 # One controller round, every pod queued: 64 nodes / 500 pods and 512 / 5,000.
 bench-round: venv
 	$(PY) bench/round.py
+
+# scaling.assign per call: replicas of 1, 2, 4 and 8 GPUs at 512 and 4,096 GPUs.
+bench-replicas: venv
+	$(PY) bench/replicas.py
 
 # --- the main jobs ---------------------------------------------------------------
 

@@ -111,13 +111,21 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
         for g in [*blocks.bits(mine & avoid), *blocks.bits(mine & ~avoid)][:n]:
             keep &= ~(1 << g)
 
-    def room(node: int, spare: bool) -> list[int]:
-        # GPUs for a new replica on `node`, highest first: unwanted ones (all, unless spare)
-        idle = free & ~keep & node
-        return ([*blocks.bits_high_first(idle & ~avoid)]
-                + ([] if spare else [*blocks.bits_high_first(idle & avoid)]))
+    def room(skip: int) -> list[int]:
+        # GPUs for a moved replica, highest first, on the highest node but `skip` with
+        # room for one that nobody wants soon
+        idle = free & ~keep & ~avoid
+        for node in reversed(nodes):
+            here = idle & node
+            if node != skip and here.bit_count() >= unit:
+                return [*blocks.bits_high_first(here)]
+        return []
 
-    for node in nodes:
+    def held() -> list[int]:
+        # the nodes (masks) where the service holds GPUs, lowest first
+        return [n for n in nodes if keep & n]
+
+    for node in held():
         odd = min((keep & node).bit_count() % unit, max(budget, 0))
         if odd:
             shed(node, odd)
@@ -125,25 +133,31 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
     have = keep.bit_count()
     goal = target - target % unit
     if goal < have:
+        mine = held()
         for _ in range(min(have - goal, max(budget, 0)) // unit):
-            node = max((n for n in nodes if keep & n),
+            node = max((n for n in mine if keep & n),
                        key=lambda n: ((keep & n & avoid).bit_count(), -n))
             shed(node, unit)
             budget -= unit
     elif goal > have:
-        for _ in range(min(goal - have, max(budget, 0)) // unit):
-            for spare in (True, False):
-                fits = [n for n in nodes if len(room(n, spare)) >= unit]
-                if fits:
-                    for g in room(max(fits), spare)[:unit]:
-                        keep |= 1 << g
-                    budget -= unit
+        # Highest nodes first, as many replicas as fit on each: GPUs nobody wants
+        # soon, then (on nodes with no such room) any.
+        need = min(goal - have, max(budget, 0)) // unit
+        for spare in (True, False):
+            for node in reversed(nodes):
+                if need == 0:
                     break
-            else:
-                break
+                here = free & ~keep & node & (~avoid if spare else -1)
+                k = min(need, here.bit_count() // unit)
+                if k:
+                    for g in [*blocks.bits_high_first(here & ~avoid),
+                              *blocks.bits_high_first(here & avoid)][:k * unit]:
+                        keep |= 1 << g
+                    need -= k
+                    budget -= k * unit
     # Off planned blocks: within the node (one GPU out and one in), else a whole replica
     # to a node with room nobody wants soon.
-    for node in nodes:
+    for node in held():
         for g in [*blocks.bits(keep & node & urgent), *blocks.bits(keep & node & avoid & ~urgent)]:
             if budget < 2:
                 break
@@ -153,12 +167,12 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
             if to:
                 keep = (keep & ~(1 << g)) | (1 << (to.bit_length() - 1))
                 budget -= 2
-    for node in nodes:
+    for node in held():
         while keep & node & avoid and budget >= 2 * unit:
-            fits = [n for n in nodes if n != node and len(room(n, True)) >= unit]
-            if not fits:
+            add = room(skip=node)
+            if not add:
                 break
-            for g in room(max(fits), True)[:unit]:
+            for g in add[:unit]:
                 keep |= 1 << g
             shed(node, unit)
             budget -= 2 * unit
