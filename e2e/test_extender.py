@@ -544,6 +544,51 @@ def test_two_replicas_only_the_leader_commits_and_a_follower_takes_over(
                 ext.stop()
 
 
+def test_the_leader_lease_goes_with_the_deployment_that_owns_it(
+        cluster: Cluster, api_client: Any, namespace: str, tmp_path: Path) -> None:
+    """As the chart runs it (GPUROSTER_LEASE_OWNER: its own Deployment): the Lease is
+    owned by that Deployment, so deleting it (`helm uninstall`) deletes the Lease, and
+    a replica still running then does not write a new one."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    apps = client.AppsV1Api(api_client)
+    leases = client.CoordinationV1Api(api_client)
+    owner = apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "gpuroster"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "owner"}},
+                 "template": {"metadata": {"labels": {"app": "owner"}},
+                              "spec": {"containers": [{"name": "c", "image": "none"}]}}}})
+    ext = Extender(cluster, namespace, tmp_path, GPUROSTER_LEADER_ELECT="true",
+                   GPUROSTER_LEASE_NAMESPACE=namespace, GPUROSTER_LEASE_NAME="gpuroster-e2e",
+                   GPUROSTER_LEASE_OWNER="gpuroster")
+
+    def lease() -> Any:
+        try:
+            return leases.read_namespaced_lease("gpuroster-e2e", namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    ext.start()
+    try:
+        held = wait_for(lambda: (x := lease()) and x.spec.holder_identity and x, 20,
+                        "the replica to take the Lease")
+        refs = [(r.kind, r.name, r.uid) for r in held.metadata.owner_references or []]
+        assert refs == [("Deployment", "gpuroster", owner.metadata.uid)], refs
+        apps.delete_namespaced_deployment("gpuroster", namespace)
+        t0 = time.monotonic()
+        wait_for(lambda: lease() is None, 30, "the garbage collector to delete the Lease")
+        gone = time.monotonic() - t0
+        time.sleep(3 * 2.0)  # three election retries of the replica still running
+        assert lease() is None, "the running replica wrote the Lease again"
+        assert ext.proc is not None and ext.proc.poll() is None
+        print(f"[e2e] the Lease went {gone:.1f}s after its Deployment; not written again")
+    finally:
+        ext.stop()
+
+
 def test_full_node_objects_over_https_with_a_second_cluster(cluster: Cluster,
                                                             tmp_path: Path) -> None:
     # nodeCacheCapable: false (whole Node objects, as Go writes them) and enableHTTPS.

@@ -490,14 +490,18 @@ def test_watched_namespaces_and_leader_election_rbac(
         allowed=[*workload_access(other_namespace), *NODE_ACCESS, *PRIORITY_CLASS_ACCESS,
                  Access("create", namespace=namespace, **lease),
                  Access("get", namespace=namespace, name=full, **lease),
-                 Access("update", namespace=namespace, name=full, **lease)],
+                 Access("update", namespace=namespace, name=full, **lease),
+                 # the Lease's owner, its own Deployment, for the uid
+                 Access("get", "deployments", group="apps", namespace=namespace, name=full)],
         refused=[*refused_access(other_namespace),
                  # Only the watched namespace: not the release's, not cluster-wide.
                  *workload_access(namespace), *workload_access(None),
                  Access("get", namespace=namespace, name="someone-elses-lease", **lease),
                  Access("update", namespace=namespace, name="kube-scheduler", **lease),
                  Access("delete", namespace=namespace, name=full, **lease),
-                 Access("create", namespace="kube-system", **lease)],
+                 Access("create", namespace="kube-system", **lease),
+                 Access("get", "deployments", group="apps", namespace=namespace,
+                        name=f"{full}-scheduler")],
     )
 
 

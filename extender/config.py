@@ -75,6 +75,8 @@ class Settings:
     leader_elect: bool = False
     lease_namespace: str = "default"
     lease_name: str = "gpuroster"
+    # A Deployment in lease_namespace that owns the Lease: deleted with it (the chart's own).
+    lease_owner: str = ""
     # A SIGKILLed leader's Lease is taken over about this long after its last renewal.
     lease_seconds: float = 10.0
     tls_cert_file: str = ""
@@ -187,6 +189,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("leader_elect", _bool, "take a Lease before acting (several replicas)"),
     ("lease_namespace", str, "namespace of the leader Lease"),
     ("lease_name", str, "name of the leader Lease"),
+    ("lease_owner", str, "Deployment in the Lease's namespace that owns the Lease, so that "
+     "deleting it deletes the Lease (empty: none)"),
     ("lease_seconds", float, "leader Lease duration: a dead leader is replaced after about this"),
     ("tls_cert_file", str, "serve HTTPS with this certificate"),
     ("tls_key_file", str, "and this key"),

@@ -36,14 +36,56 @@ class LeaseStore(Protocol):
     def update(self, body: dict[str, Any]) -> None: ...
 
 
-class ApiLeaseStore:
-    """The Lease through the API server (raises kube.ApiError, 409 on a lost race)."""
+def with_owner(lease: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """`lease` with `owner` among its ownerReferences (a copy; `lease` itself if it is
+    there already)."""
+    meta = lease.get("metadata") or {}
+    refs = list(meta.get("ownerReferences") or [])
+    if any(r.get("uid") == owner["uid"] for r in refs):
+        return lease
+    return {**lease, "metadata": {**meta, "ownerReferences": [*refs, owner]}}
 
-    def __init__(self, client: kube.Client, namespace: str, name: str) -> None:
+
+def owned_by(lease: dict[str, Any], deployment: str) -> bool:
+    refs = (lease.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("kind") == "Deployment" and r.get("name") == deployment for r in refs)
+
+
+class ApiLeaseStore:
+    """The Lease through the API server (raises kube.ApiError, 409 on a lost race).
+
+    With `owner` (a Deployment in the Lease's namespace: gpuroster's own, as the chart
+    sets it) the Lease is written owned by it, so the garbage collector deletes the
+    Lease with the Deployment (`helm uninstall`), even one a dying replica wrote last.
+    A replica whose Deployment is gone creates no Lease.
+    """
+
+    def __init__(self, client: kube.Client, namespace: str, name: str, owner: str = "") -> None:
         from kubernetes import client as k8s
 
         self.api: Any = k8s.CoordinationV1Api(client.api)
-        self.namespace, self.name = namespace, name
+        self.apps: Any = client.apps
+        self.namespace, self.name, self.owner = namespace, name, owner
+
+    def _owned(self, lease: dict[str, Any], creating: bool) -> dict[str, Any]:
+        if not self.owner or owned_by(lease, self.owner):
+            return lease
+        try:
+            with kube._errors():
+                r = self.apps.read_namespaced_deployment(self.owner, self.namespace,
+                                                         _preload_content=False,
+                                                         _request_timeout=5)
+        except kube.ApiError as e:
+            if creating and e.status == 404:
+                raise kube.ApiError(404, f"Deployment {self.namespace}/{self.owner}, the "
+                                         "Lease's owner, is gone: no Lease is created") from e
+            # Renewals never wait on the owner; a Lease without one is only left behind.
+            log.warning("lease %s/%s: cannot read its owner Deployment %s (%s); written "
+                        "without it", self.namespace, self.name, self.owner, e)
+            return lease
+        uid = json.loads(r.data)["metadata"]["uid"]
+        return with_owner(lease, {"apiVersion": "apps/v1", "kind": "Deployment",
+                                  "name": self.owner, "uid": uid})
 
     def get(self) -> dict[str, Any] | None:
         with kube._errors():
@@ -58,11 +100,13 @@ class ApiLeaseStore:
             return doc
 
     def create(self, body: dict[str, Any]) -> None:
+        body = self._owned(body, creating=True)
         with kube._errors():
             self.api.create_namespaced_lease(self.namespace, body, _preload_content=False,
                                              _request_timeout=5)
 
     def update(self, body: dict[str, Any]) -> None:
+        body = self._owned(body, creating=False)  # adds it to a Lease written without
         with kube._errors():
             self.api.replace_namespaced_lease(self.name, self.namespace, body,
                                               _preload_content=False, _request_timeout=5)

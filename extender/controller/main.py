@@ -36,7 +36,8 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
 
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = leasing.Elector(
-            leasing.ApiLeaseStore(client, settings.lease_namespace, settings.lease_name),
+            leasing.ApiLeaseStore(client, settings.lease_namespace, settings.lease_name,
+                                  owner=settings.lease_owner),
             identity, name=settings.lease_name, namespace=settings.lease_namespace,
             # client-go's ratios (15/10/2 s): renew well inside the Lease, retry often
             lease_seconds=settings.lease_seconds, renew_deadline=settings.lease_seconds * 2 / 3,

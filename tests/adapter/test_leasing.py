@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from extender.adapter import kube, leasing
 
@@ -117,3 +121,80 @@ def test_a_failed_release_is_left_to_expiry() -> None:
     assert not a.release() and not a.is_leader()  # stops committing all the same
     store.fail = False
     assert store.lease is not None and store.lease["spec"]["holderIdentity"] == "a"
+
+
+# --- the Lease's owner (the chart's Deployment) -----------------------------------------------
+
+OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gpuroster", "uid": "u-1"}
+
+
+class Apps:
+    """read_namespaced_deployment as the API server answers it: the uid, or an error."""
+
+    def __init__(self, status: int | None = None) -> None:
+        self.status, self.reads = status, 0
+
+    def read_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        self.reads += 1
+        if self.status is not None:
+            raise ApiException(status=self.status, reason="nope")
+        return SimpleNamespace(data=json.dumps({"metadata": {"name": name, "uid": "u-1"}}))
+
+
+def api_store(apps: Apps, owner: str = "gpuroster") -> leasing.ApiLeaseStore:
+    from kubernetes import client
+
+    return leasing.ApiLeaseStore(SimpleNamespace(api=client.ApiClient(), apps=apps),  # type: ignore[arg-type]
+                                 "ns", "gpuroster", owner=owner)
+
+
+def lease_body(refs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "gpuroster", "namespace": "ns"}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {"metadata": meta, "spec": {"holderIdentity": "a"}}
+
+
+def test_a_new_lease_is_owned_by_the_deployment() -> None:
+    apps = Apps()
+    body = api_store(apps)._owned(lease_body(), creating=True)
+    assert body["metadata"]["ownerReferences"] == [OWNER] and apps.reads == 1
+    assert body["spec"] == {"holderIdentity": "a"}
+
+
+def test_no_lease_is_created_once_its_owner_is_gone() -> None:
+    with pytest.raises(kube.ApiError) as e:
+        api_store(Apps(status=404))._owned(lease_body(), creating=True)
+    assert e.value.status == 404 and "is gone" in str(e.value)
+
+
+def test_a_renewal_never_waits_on_the_owner() -> None:
+    # already owned: no read at all
+    apps = Apps(status=500)
+    owned = lease_body([OWNER])
+    assert api_store(apps)._owned(owned, creating=False) is owned and apps.reads == 0
+    # written before owners (an upgrade): the owner is added, or left out on an error
+    assert api_store(Apps())._owned(lease_body(), creating=False)["metadata"][
+        "ownerReferences"] == [OWNER]
+    for status in (403, 404, 500):
+        assert "ownerReferences" not in api_store(Apps(status=status))._owned(
+            lease_body(), creating=False)["metadata"]
+    # a create the authorizer does not let read the owner still elects (unowned)
+    assert "ownerReferences" not in api_store(Apps(status=403))._owned(
+        lease_body(), creating=True)["metadata"]
+
+
+def test_without_an_owner_the_lease_is_written_as_it_is() -> None:
+    apps = Apps()
+    body = lease_body()
+    assert api_store(apps, owner="")._owned(body, creating=True) is body and apps.reads == 0
+
+
+def test_with_owner_keeps_other_owners_and_adds_once() -> None:
+    other = {**OWNER, "name": "x", "uid": "u-9"}
+    once = leasing.with_owner(lease_body([other]), OWNER)
+    assert once["metadata"]["ownerReferences"] == [other, OWNER]
+    assert leasing.with_owner(once, OWNER) is once
+    assert leasing.owned_by(once, "gpuroster") and not leasing.owned_by(lease_body(), "x")

@@ -387,12 +387,16 @@ def test_leader_election(values: dict[str, Any], elect: bool) -> None:
     role = r.maybe("Role", f"{FULL}-leader-election")
     if not elect:
         assert role is None
+        assert "GPUROSTER_LEASE_OWNER" not in env
         return
+    # the Lease is owned by the chart's Deployment, which `helm uninstall` deletes
+    assert env["GPUROSTER_LEASE_OWNER"] == FULL
     assert role is not None and role["metadata"]["namespace"] == NS
     assert rules_of(role) == {
         ("coordination.k8s.io", "leases", "create", "*"),
         ("coordination.k8s.io", "leases", "get", lease),
         ("coordination.k8s.io", "leases", "update", lease),
+        ("apps", "deployments", "get", FULL),
     }
     rb = r.one("RoleBinding", f"{FULL}-leader-election")
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": FULL, "namespace": NS}]
