@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from extender.planner import metrics, simulating
+from dataclasses import replace
+
+from extender.planner import fifo, metrics, model, simulating
 from tests.builders import scenario
 
 
@@ -86,3 +88,17 @@ def test_fifo_ignores_priority_and_runs_true_durations() -> None:
     )
     run = simulating.simulate(s, "fifo")
     assert cells(run) == ["lllh..", "lllh.."]
+
+
+def test_a_reservation_of_several_gpu_replicas_is_whole_replicas_on_each_node() -> None:
+    """Not in any scenario (their services are 1 GPU per replica): on a cluster, a
+    service of 2-GPU replicas below one that took 3 GPUs of the top node skips the odd
+    GPU left there rather than split a replica across two nodes."""
+    c = model.Cluster(nodes=2, gpus_per_node=4)
+    one = model.ServiceState(name="one", priority=1, max_swap=2, forecast=(3,) * 24)
+    two = model.ServiceState(name="two", priority=1, max_swap=2, forecast=(4,) * 24, unit=2)
+    inp = model.PlanInput(0, c, 24, (), (), (one, two))
+    got = fifo.reservation_ranges(inp)
+    assert got == {"one": frozenset({5, 6, 7}), "two": frozenset({0, 1, 2, 3})}
+    single = fifo.reservation_ranges(replace(inp, services=(one, replace(two, unit=1))))
+    assert single["two"] == frozenset({1, 2, 3, 4})  # MODEL.md's contiguous range
