@@ -388,6 +388,34 @@ def test_a_two_gpu_inference_replica_gets_both_gpus_on_one_node(
         print(f"[e2e] 2-GPU replica on {at[0]}; the plan's service entry: {planned}")
 
 
+def test_inference_replicas_kept_apart_by_anti_affinity_each_get_a_node(
+        core: Any, api_client: Any, namespace: str, nodes: list[str],
+        extender: Extender) -> None:
+    """Three replicas whose required pod anti-affinity keeps them one to a node: the
+    plan holds one GPU on each of three nodes, and kube-scheduler binds all three (with
+    the three packed at the top of one node it would refuse two of them)."""
+    from kubernetes import client
+
+    core.create_namespaced_config_map(namespace, {
+        "metadata": {"name": "ha-demand"}, "data": {"curve": json.dumps([3] * 24)}})
+    dep = objects.inference_deployment("ha", {
+        "gpuroster.io/demand-configmap": "ha-demand", "gpuroster.io/max-swap": "4"})
+    dep["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "ha"}}}]}}
+    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
+
+    def placed() -> list[str] | None:
+        pods = core.list_namespaced_pod(namespace, label_selector="app=ha").items
+        on = [p.spec.node_name for p in pods if p.spec.node_name]
+        return on if len(on) == 3 else None
+
+    on = wait_for(placed, 10 * STEP, "three replicas bound")
+    assert len(set(on)) == 3 and set(on) <= set(nodes), on
+    print(f"[e2e] anti-affine replicas on {sorted(on)}")
+
+
 def test_inference_deployment_follows_its_curve_within_the_swap_cap(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client

@@ -39,6 +39,33 @@ def fits(pod_spec: Obj, node: Obj) -> bool:
     return True
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def one_per_node(template: Obj) -> bool:
+    """True if a pod template's required pod anti-affinity keeps its pods apart, one to
+    a node: a term on `kubernetes.io/hostname`, over the pods' own namespace, whose
+    label selector matches the template's own labels. (Other topology keys and
+    topology spread constraints are not read.)"""
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    anti = (((template.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity")
+            or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    for term in anti:
+        term = term or {}
+        if term.get("topologyKey") != HOSTNAME or term.get("namespaceSelector") is not None:
+            continue
+        if term.get("namespaces"):
+            continue  # other namespaces' pods: not a rule among its own replicas alone
+        selector = term.get("labelSelector")
+        if selector is None:
+            continue  # a nil selector matches no pod
+        if (all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+                and all(_expression(e or {}, labels)
+                        for e in selector.get("matchExpressions") or [])):
+            return True
+    return False
+
+
 def _term_matches(term: Obj, labels: Mapping[str, str], meta: Obj) -> bool:
     exprs = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []

@@ -85,6 +85,8 @@ class ServiceInfo:
     pending: list[Obj] = field(default_factory=list)
     # The nodes (indices) its pod template may run on; None: all of them.
     nodes: frozenset[int] | None = None
+    # Its pods' required anti-affinity keeps them one to a node.
+    apart: bool = False
 
 
 @dataclass
@@ -216,7 +218,8 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
                 continue
             replicas = int(((d.get("spec") or {}).get("replicas")) or 0)
             services[spec.name] = ServiceInfo(
-                spec, d, replicas, nodes=None if len(fit) == len(gpu_nodes) else fit)
+                spec, d, replicas, nodes=None if len(fit) == len(gpu_nodes) else fit,
+                apart=nodefit.one_per_node((d.get("spec") or {}).get("template") or {}))
 
     all_pods = {ann.key(p): p for p in pods}
     pod_service: dict[str, str] = {}

@@ -326,7 +326,8 @@ class Controller:
                 reservation=self._reservations.get(name, max(fc) if fc else 0),
                 past_forecast=tuple(int(round(x)) for x in
                                     self._past_forecasts.get(name, past)),
-                lost=lost, nodes=sv.nodes, unit=sv.spec.gpus_per_replica))
+                lost=lost, nodes=sv.nodes, unit=sv.spec.gpus_per_replica,
+                most_per_node=sv.spec.gpus_per_replica if sv.apart else 0))
         unavailable = set(snap.unavailable) | frozen
         for node, n in snap.foreign.items():
             if node not in snap.node_index:

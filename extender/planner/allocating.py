@@ -367,7 +367,7 @@ class Gpuroster:
             cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, targets[v.name], (idle | own) & v.allowed(c), cap,
-                tuple(wanted), v.unit, c.gpus_per_node,
+                tuple(wanted), v.unit, c.gpus_per_node, v.most_per_node,
             )
             plan.service_gpus[v.name] = gpus
             # What it gave back (shed, or moved off a planned block) is free for the

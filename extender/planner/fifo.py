@@ -15,8 +15,8 @@ from extender.planner import blocks, model, policies
 def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
     """Fixed GPU ranges from the top, in service order: each service the highest GPUs no
     service before it took (of its nodes, where it is limited to some). A service of
-    several GPUs per replica (never in a scenario file) takes them node by node, a
-    whole number of replicas on each."""
+    several GPUs per replica, or limited per node (never in a scenario file), takes
+    them node by node, a whole number of replicas on each."""
     taken = 0
     out: dict[str, frozenset[int]] = {}
     g = inp.cluster.gpus_per_node
@@ -27,13 +27,14 @@ def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
             else max(v.forecast[: inp.horizon], default=0)
         )
         free = v.allowed(inp.cluster) & ~taken
-        if v.unit == 1:
+        if v.unit == 1 and not v.most_per_node:
             mine = list(blocks.bits_high_first(free))[: max(0, size)]
         else:
             mine = []
+            most = v.most_per_node or g
             for node in reversed(range(inp.cluster.nodes)):
                 here = list(blocks.bits_high_first(free & (((1 << g) - 1) << (node * g))))
-                mine += here[: min(len(here), size - len(mine)) // v.unit * v.unit]
+                mine += here[: min(len(here), most, size - len(mine)) // v.unit * v.unit]
         out[v.name] = frozenset(mine)
         taken |= blocks.mask_of(out[v.name])
     return out

@@ -198,6 +198,9 @@ class ServiceState:
     # GPUs per replica: a replica's GPUs are on one node, so the service's set holds a
     # multiple of this on every node. Scenario services are 1 (any GPU will do).
     unit: int = 1
+    # The most GPUs one node may hold for it (its pods' required anti-affinity to each
+    # other on the node: one replica a node); 0: no limit.
+    most_per_node: int = 0
 
     def allowed(self, cluster: Cluster) -> int:
         """Mask of the GPUs this service may hold."""

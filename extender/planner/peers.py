@@ -34,7 +34,7 @@ class PrioritySkip:
             cap = None if inp.now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, target, (free | blocks.mask_of(v.current_gpus)) & v.allowed(c),
-                cap, (), v.unit, c.gpus_per_node,
+                cap, (), v.unit, c.gpus_per_node, v.most_per_node,
             )
             plan.service_gpus[v.name] = gpus
             free &= ~blocks.mask_of(gpus)

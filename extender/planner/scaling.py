@@ -18,6 +18,7 @@ def assign(
     wanted: tuple[int, ...] = (),
     unit: int = 1,
     per_node: int = 0,
+    most: int = 0,
 ) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
@@ -33,10 +34,12 @@ def assign(
     step then does not wait on a service that had nowhere better to go, and the
     plan that put it there, which counted on the service moving, holds.
     With `unit` > 1 (GPUs per replica, nodes of `per_node` GPUs) the set holds
-    whole replicas: a multiple of `unit` GPUs on every node (`_assign_units`).
+    whole replicas: a multiple of `unit` GPUs on every node, and with `most` at
+    most that many GPUs on any node (`_assign_units`).
     """
-    if unit > 1:
-        return _assign_units(current, target, free, max_swap, wanted, unit, per_node)
+    if unit > 1 or most:
+        return _assign_units(current, target, free, max_swap, wanted, unit, per_node,
+                             most or per_node)
     avoid = 0
     for w in wanted:
         avoid |= w
@@ -84,15 +87,17 @@ def assign(
 
 
 def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int | None,
-                  wanted: tuple[int, ...], unit: int, per_node: int) -> frozenset[int]:
-    """`assign` for replicas of `unit` GPUs, each inside one node.
+                  wanted: tuple[int, ...], unit: int, per_node: int,
+                  most: int) -> frozenset[int]:
+    """`assign` for replicas of `unit` GPUs, each inside one node, at most `most` GPUs
+    (whole replicas) on a node.
 
     The same preferences as one GPU at a time, in whole replicas: keep what it
     has, grow into the highest free nodes with room for a replica, give back
     replicas on nodes planned jobs want (else the lowest), and move off planned
     blocks within the node, or a whole replica to another node when budget allows.
-    GPUs a node holds beyond a multiple of `unit` host no replica: they go first,
-    as far as the cap allows.
+    GPUs a node holds beyond a multiple of `unit`, or beyond `most`, host no
+    replica: they go first, as far as the cap allows.
     """
     avoid = 0
     for w in wanted:
@@ -101,6 +106,7 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
     keep = blocks.mask_of(current) & free
     budget = (10**9 if max_swap is None else max_swap) - (len(current) - keep.bit_count())
     full = (1 << per_node) - 1
+    most -= most % unit
     nodes = [full << (i * per_node)
              for i in range(-(-max(free | keep, 1).bit_length() // per_node))]
 
@@ -117,7 +123,8 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
         idle = free & ~keep & ~avoid
         for node in reversed(nodes):
             here = idle & node
-            if node != skip and here.bit_count() >= unit:
+            if (node != skip and here.bit_count() >= unit
+                    and (keep & node).bit_count() + unit <= most):
                 return [*blocks.bits_high_first(here)]
         return []
 
@@ -126,7 +133,8 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
         return [n for n in nodes if keep & n]
 
     for node in held():
-        odd = min((keep & node).bit_count() % unit, max(budget, 0))
+        n = (keep & node).bit_count()
+        odd = min(max(n - most, n % unit), max(budget, 0))
         if odd:
             shed(node, odd)
             budget -= odd
@@ -148,7 +156,8 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
                 if need == 0:
                     break
                 here = free & ~keep & node & (~avoid if spare else -1)
-                k = min(need, here.bit_count() // unit)
+                k = min(need, here.bit_count() // unit,
+                        (most - (keep & node).bit_count()) // unit)
                 if k:
                     for g in [*blocks.bits_high_first(here & ~avoid),
                               *blocks.bits_high_first(here & avoid)][:k * unit]:

@@ -117,13 +117,16 @@ def check_step(inp: model.PlanInput, plan: model.Plan) -> None:
         if used & m:
             raise IllegalPlan(f"step {inp.now}: {name!r} given GPUs in use")
         used |= m
-        if v.unit > 1:
+        if v.unit > 1 or v.most_per_node:
             g = c.gpus_per_node
             for node in {x // g for x in gpus}:
                 here = sum(1 for x in gpus if x // g == node)
                 if here % v.unit:
                     raise IllegalPlan(f"step {inp.now}: {name!r} holds {here} GPUs on node "
                                       f"{node}, not whole replicas of {v.unit}")
+                if v.most_per_node and here > v.most_per_node:
+                    raise IllegalPlan(f"step {inp.now}: {name!r} holds {here} GPUs on node "
+                                      f"{node}, over its {v.most_per_node} a node")
         if inp.now > 0:
             swapped = len(gpus ^ v.current_gpus)
             if swapped > v.max_swap:

@@ -70,3 +70,39 @@ NO_SCHEDULE = {"key": "gpu", "value": "reserved", "effect": "NoSchedule"}
 def test_fits_like_kube_scheduler(spec: dict[str, Any], node: dict[str, Any],
                                   expect: bool) -> None:
     assert nodefit.fits(spec, node) is expect
+
+
+def apart(term: dict[str, Any] | None, labels: dict[str, str] | None = None,
+          kind: str = "requiredDuringSchedulingIgnoredDuringExecution") -> dict[str, Any]:
+    """A pod template labelled `labels` (app=chat) with one pod anti-affinity `term`."""
+    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+    if term is not None:
+        spec["affinity"] = {"podAntiAffinity": {kind: [term]}}
+    return {"metadata": {"labels": labels if labels is not None else {"app": "chat"}},
+            "spec": spec}
+
+
+HOST = "kubernetes.io/hostname"
+
+
+@pytest.mark.parametrize(("template", "one"), [
+    (apart({"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "chat"}}}), True),
+    (apart({"topologyKey": HOST, "labelSelector": {"matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["chat", "x"]}]}}), True),
+    (apart({"topologyKey": HOST, "labelSelector": {}}), True),  # empty: every pod
+    (apart({"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "other"}}}), False),
+    (apart({"topologyKey": "topology.kubernetes.io/zone",
+            "labelSelector": {"matchLabels": {"app": "chat"}}}), False),
+    (apart({"topologyKey": HOST}), False),  # nil selector: no pod
+    (apart({"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "chat"}},
+            "namespaces": ["elsewhere"]}), False),
+    (apart({"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "chat"}},
+            "namespaceSelector": {}}), False),
+    (apart({"weight": 1, "podAffinityTerm": {"topologyKey": HOST, "labelSelector": {}}},
+           kind="preferredDuringSchedulingIgnoredDuringExecution"), False),
+    (apart(None), False),
+], ids=["own-labels", "own-labels-by-expression", "every-pod", "other-pods", "zone",
+        "nil-selector", "other-namespace", "namespace-selector", "preferred-only", "none"])
+def test_one_per_node_reads_required_anti_affinity_to_its_own_pods(
+        template: dict[str, Any], one: bool) -> None:
+    assert nodefit.one_per_node(template) is one

@@ -369,6 +369,27 @@ def test_a_replica_of_two_gpus_gets_both_on_one_node() -> None:
     assert passed == ["gpu-node-0"]
 
 
+def test_replicas_kept_apart_by_anti_affinity_get_a_node_each() -> None:
+    """Required anti-affinity among the service's own pods on the hostname: the plan
+    holds one replica a node (packed at the top of one node, kube-scheduler would refuse
+    all but the first)."""
+    rig = Rig(nodes=4)
+    rig.fake.add("configmaps", configmap("d", curve="3"))
+    dep = deployment("svc", replicas=0, notes={"gpuroster.io/demand-configmap": "d",
+                                               "gpuroster.io/max-swap": "4"})
+    template = dep["spec"]["template"]
+    template["metadata"] = {"labels": {"app": "svc"}}
+    template["spec"]["affinity"] = {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "svc"}}}]}}
+    rig.fake.add("deployments", dep)
+    rig.step()
+    planned = rig.ctl.table.service_planned["ns/svc"]
+    assert planned == {"gpu-node-1": 1, "gpu-node-2": 1, "gpu-node-3": 1}
+    assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 3
+
+
 def test_plan_view_has_the_grid() -> None:
     rig = Rig(nodes=1)
     gang(rig.fake, "g", 1, 4)

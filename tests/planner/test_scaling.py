@@ -122,3 +122,48 @@ def test_whole_replicas_within_the_cap_and_the_free_gpus(data: st.DataObject) ->
         here = sum(1 for g in got if g // per_node == n)
         assert here % unit == 0, (n, here, sorted(got))
     assert len(got) <= len(current) or len(got) <= target
+
+
+# One replica a node (required pod anti-affinity), on three nodes of 4 GPUs.
+APART_CASES = [
+    # id, unit, current, target, free, cap, want
+    ("one a node, highest nodes first", 1, set(), 3, m(1, 2, 3, 5, 6, 7, 9, 10, 11), None,
+     {3, 7, 11}),
+    ("never two on a node, even short", 1, set(), 3, m(6, 7, 10, 11), None, {7, 11}),
+    ("a second one on a node goes first", 1, {10, 11}, 2, m(6, 7, 10, 11), 2, {7, 11}),
+    ("replicas of two GPUs, one a node", 2, set(), 4, m(2, 3, 6, 7, 10, 11), None,
+     {6, 7, 10, 11}),
+]
+
+
+@pytest.mark.parametrize(("unit", "current", "target", "free", "cap", "want"),
+                         [c[1:] for c in APART_CASES], ids=[c[0] for c in APART_CASES])
+def test_assign_one_replica_a_node(unit: int, current: set[int], target: int, free: int,
+                                   cap: int | None, want: set[int]) -> None:
+    got = scaling.assign(frozenset(current), target, free, cap, (), unit=unit, per_node=4,
+                         most=unit)
+    assert got == frozenset(want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_never_more_than_the_most_a_node(data: st.DataObject) -> None:
+    nodes, per_node = data.draw(st.integers(1, 4)), 4
+    unit = data.draw(st.sampled_from([1, 2]))
+    most = data.draw(st.sampled_from([u for u in (1, 2, 4) if u >= unit and u % unit == 0]))
+    gpus = nodes * per_node
+    current: set[int] = set()
+    for n in range(nodes):  # whole replicas, within the limit, at the top of each node
+        k = data.draw(st.integers(0, most // unit)) * unit
+        current |= set(range((n + 1) * per_node - k, (n + 1) * per_node))
+    free = data.draw(st.integers(0, (1 << gpus) - 1)) | blocks.mask_of(frozenset(current))
+    cap = data.draw(st.one_of(st.none(), st.integers(0, 2 * gpus)))
+    wanted = tuple(data.draw(st.lists(st.integers(0, (1 << gpus) - 1), max_size=2)))
+    got = scaling.assign(frozenset(current), data.draw(st.integers(0, gpus)), free, cap,
+                         wanted, unit, per_node, most)
+    assert blocks.mask_of(got) & ~free == 0
+    if cap is not None:
+        assert len(got ^ frozenset(current)) <= cap
+    for n in range(nodes):
+        here = sum(1 for g in got if g // per_node == n)
+        assert here % unit == 0 and here <= most, (n, here, sorted(got))
