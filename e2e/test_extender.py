@@ -156,6 +156,13 @@ def node_order(core: Any, name: str) -> int:
     return int(core.read_node(name).metadata.labels[objects.TOPOLOGY_ORDER_LABEL])
 
 
+def replica_nodes(core: Any, ns: str, app: str, count: int) -> list[str] | None:
+    """The nodes of the Deployment `app`'s bound pods, once `count` of them are bound."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"app={app}").items
+    on = [p.spec.node_name for p in pods if p.spec.node_name]
+    return on if len(on) == count else None
+
+
 def events_for(core: Any, ns: str, pod: str) -> list[Any]:
     return [e for e in core.list_namespaced_event(ns).items if e.involved_object.name == pod]
 
@@ -334,13 +341,8 @@ def test_inference_replicas_land_on_the_nodes_their_template_selects(
             "gpuroster.io/demand-configmap": "l4-demand", "gpuroster.io/max-swap": "4"})
         dep["spec"]["template"]["spec"]["nodeSelector"] = {key: "l4"}
         client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
-
-        def placed() -> list[str] | None:
-            pods = core.list_namespaced_pod(namespace, label_selector="app=l4chat").items
-            on = [p.spec.node_name for p in pods if p.spec.node_name]
-            return on if len(on) == 3 else None
-
-        on = wait_for(placed, 10 * STEP, "three replicas placed")
+        on = wait_for(lambda: replica_nodes(core, namespace, "l4chat", 3), 10 * STEP,
+                      "three replicas placed")
         assert set(on) == {first}, on
 
 
@@ -377,12 +379,8 @@ def test_a_two_gpu_inference_replica_gets_both_gpus_on_one_node(
             namespace, objects.inference_deployment("big", {
                 "gpuroster.io/demand-configmap": "big-demand",
                 "gpuroster.io/max-swap": "4"}, gpus=2))
-
-        def placed() -> list[str] | None:
-            pods = core.list_namespaced_pod(namespace, label_selector="app=big").items
-            return [p.spec.node_name for p in pods if p.spec.node_name] or None
-
-        at = wait_for(placed, 8 * STEP, "the 2-GPU replica to bind")
+        at = wait_for(lambda: replica_nodes(core, namespace, "big", 1), 8 * STEP,
+                      "the 2-GPU replica to bind")
         assert at == [below], at
         planned = extender.get("/plan")["services"][f"{namespace}/big"]
         print(f"[e2e] 2-GPU replica on {at[0]}; the plan's service entry: {planned}")
@@ -405,13 +403,8 @@ def test_inference_replicas_kept_apart_by_anti_affinity_each_get_a_node(
             "topologyKey": "kubernetes.io/hostname",
             "labelSelector": {"matchLabels": {"app": "ha"}}}]}}
     client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
-
-    def placed() -> list[str] | None:
-        pods = core.list_namespaced_pod(namespace, label_selector="app=ha").items
-        on = [p.spec.node_name for p in pods if p.spec.node_name]
-        return on if len(on) == 3 else None
-
-    on = wait_for(placed, 10 * STEP, "three replicas bound")
+    on = wait_for(lambda: replica_nodes(core, namespace, "ha", 3), 10 * STEP,
+                  "three replicas bound")
     assert len(set(on)) == 3 and set(on) <= set(nodes), on
     print(f"[e2e] anti-affine replicas on {sorted(on)}")
 
