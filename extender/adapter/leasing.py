@@ -106,7 +106,7 @@ class ApiLeaseStore:
                                              _request_timeout=5)
 
     def update(self, body: dict[str, Any]) -> None:
-        body = self._owned(body, creating=False)  # adds it to a Lease written without
+        body = self._owned(body, creating=False)  # an older Lease gets its owner here
         with kube._errors():
             self.api.replace_namespaced_lease(self.name, self.namespace, body,
                                               _preload_content=False, _request_timeout=5)
