@@ -9,7 +9,7 @@ start ends the step. Priority plays no part.
 
 from __future__ import annotations
 
-from extender.planner import blocks, model, policies
+from extender.planner import blocks, model, policies, scaling
 
 
 def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
@@ -28,14 +28,10 @@ def reservation_ranges(inp: model.PlanInput) -> dict[str, frozenset[int]]:
         )
         free = v.allowed(inp.cluster) & ~taken
         if v.unit == 1 and not v.most_per_node:
-            mine = list(blocks.bits_high_first(free))[: max(0, size)]
-        else:
-            mine = []
-            most = v.most_per_node or g
-            for node in reversed(range(inp.cluster.nodes)):
-                here = list(blocks.bits_high_first(free & (((1 << g) - 1) << (node * g))))
-                mine += here[: min(len(here), most, size - len(mine)) // v.unit * v.unit]
-        out[v.name] = frozenset(mine)
+            out[v.name] = frozenset(list(blocks.bits_high_first(free))[: max(0, size)])
+        else:  # highest nodes first, whole replicas on each: what a service grows into
+            out[v.name] = scaling.assign(frozenset(), max(0, size), free, None, (), v.unit,
+                                         g, v.most_per_node)
         taken |= blocks.mask_of(out[v.name])
     return out
 

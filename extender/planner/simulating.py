@@ -9,6 +9,7 @@ answers an illegal step is a bug and stops the run with `IllegalPlan`.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,9 +119,7 @@ def check_step(inp: model.PlanInput, plan: model.Plan) -> None:
             raise IllegalPlan(f"step {inp.now}: {name!r} given GPUs in use")
         used |= m
         if v.unit > 1 or v.most_per_node:
-            g = c.gpus_per_node
-            for node in {x // g for x in gpus}:
-                here = sum(1 for x in gpus if x // g == node)
+            for node, here in collections.Counter(x // c.gpus_per_node for x in gpus).items():
                 if here % v.unit:
                     raise IllegalPlan(f"step {inp.now}: {name!r} holds {here} GPUs on node "
                                       f"{node}, not whole replicas of {v.unit}")

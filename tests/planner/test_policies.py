@@ -534,6 +534,25 @@ def test_the_simulator_refuses_a_start_off_a_jobs_nodes() -> None:
         simulating.check_step(inp, plan)
 
 
+@pytest.mark.parametrize(("gpus", "why"), [
+    ({3, 7}, "not whole replicas of 2"),
+    ({0, 1, 2, 3}, "over its 2 a node"),
+    ({2, 3, 6, 7}, None),
+], ids=["split-replica", "two-on-a-node", "legal"])
+def test_the_simulator_refuses_a_service_set_that_breaks_its_replicas(
+        gpus: set[int], why: str | None) -> None:
+    c = model.Cluster(nodes=2, gpus_per_node=4)
+    v = model.ServiceState(name="s", priority=1, max_swap=4, forecast=(4,), unit=2,
+                           most_per_node=2)
+    inp = model.PlanInput(0, c, 24, (), (), (v,), frozenset())
+    plan = model.Plan(now=0, service_gpus={"s": frozenset(gpus)})
+    if why is None:
+        simulating.check_step(inp, plan)
+        return
+    with pytest.raises(simulating.IllegalPlan, match=why):
+        simulating.check_step(inp, plan)
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_random_node_limits_every_policy_stays_on_them(data: st.DataObject) -> None:
