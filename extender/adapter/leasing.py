@@ -66,6 +66,7 @@ class ApiLeaseStore:
         self.api: Any = k8s.CoordinationV1Api(client.api)
         self.apps: Any = client.apps
         self.namespace, self.name, self.owner = namespace, name, owner
+        self._warned = False  # renewals retry the owner every 2 s: say so once
 
     def _owned(self, lease: dict[str, Any], creating: bool) -> dict[str, Any]:
         if not self.owner or owned_by(lease, self.owner):
@@ -80,8 +81,10 @@ class ApiLeaseStore:
                 raise kube.ApiError(404, f"Deployment {self.namespace}/{self.owner}, the "
                                          "Lease's owner, is gone: no Lease is created") from e
             # Renewals never wait on the owner; a Lease without one is only left behind.
-            log.warning("lease %s/%s: cannot read its owner Deployment %s (%s); written "
-                        "without it", self.namespace, self.name, self.owner, e)
+            (log.debug if self._warned else log.warning)(
+                "lease %s/%s: cannot read its owner Deployment %s (%s); written without it",
+                self.namespace, self.name, self.owner, e)
+            self._warned = True
             return lease
         uid = json.loads(r.data)["metadata"]["uid"]
         return with_owner(lease, {"apiVersion": "apps/v1", "kind": "Deployment",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -198,3 +199,14 @@ def test_with_owner_keeps_other_owners_and_adds_once() -> None:
     assert once["metadata"]["ownerReferences"] == [other, OWNER]
     assert leasing.with_owner(once, OWNER) is once
     assert leasing.owned_by(once, "gpuroster") and not leasing.owned_by(lease_body(), "x")
+
+
+def test_an_unreadable_owner_is_warned_of_once_not_at_every_renewal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    apps = Apps(status=403)
+    store = api_store(apps)
+    with caplog.at_level(logging.DEBUG, logger="extender.adapter.leasing"):
+        for _ in range(3):
+            store._owned(lease_body(), creating=False)
+    said = [r.levelno for r in caplog.records if "owner Deployment" in r.getMessage()]
+    assert said == [logging.WARNING, logging.DEBUG, logging.DEBUG] and apps.reads == 3
