@@ -210,14 +210,70 @@ def write_outputs(rows: list[Row], out: Path) -> list[Path]:
 
 LATENCY_CASES = ((8, 15), (64, 30), (256, 120), (1024, 500), (4096, 2000))
 
+# Plan-time targets (p99 ms, issue 25), printed beside the rows they judge. 8 GPUs and 64
+# GPUs / 30 jobs: the published targets (the README's plan-time table has what was measured).
+# The deep queue (`DEEP_CASE`): a trace-shaped case of its size took 64 ms at p99 before
+# the planner looked at deep queues; this one, on 2026-12-04 02:58 UTC, p50 6.6 / p99 43.6
+# ms (max 62.6) with other work on the machine.
+PLAN_TARGET_MS = {8: 1.0, 64: 5.0}
+DEEP_TARGET_MS = 10.0
 
-def latency_table(repeats: int = 20, cases: Sequence[tuple[int, int]] = LATENCY_CASES) -> str:
+
+@dataclass(frozen=True)
+class DeepCase:
+    """64 GPUs, 1,000 jobs arriving over two days in bursts, most of them 1 GPU (the shape
+    of real GPU pod logs: generator's "trace" mix), planned step by step in the simulator:
+    each re-plan sees that step's queue, which grows to several hundred jobs."""
+
+    gpus: int = 64
+    jobs: int = 1000
+    days: int = 2
+    seeds: tuple[int, ...] = (7, 8, 9)
+    burst: float = 1.0
+
+    def scenarios(self) -> list[model.Scenario]:
+        from extender.planner import generator
+
+        return [generator.generate(self.gpus, self.jobs, seed, duration_steps=24 * self.days,
+                                   mix="trace", burst=self.burst, backlog=0.0)
+                for seed in self.seeds]
+
+
+DEEP_CASE = DeepCase()
+
+
+def deep_queue_times(case: DeepCase = DEEP_CASE) -> tuple[list[float], int]:
+    """Seconds of every re-plan over the simulated runs of `case` (one per seed), and the
+    deepest queue a re-plan saw."""
+    times: list[float] = []
+    deepest = 0
+    for s in case.scenarios():
+        pol = policies.create("gpuroster")
+        run = simulating.simulate(s, pol, keep_plans=True)
+        times += run.plan_seconds
+        deepest = max([deepest] + [len(p.planned_start) + _unplanned(p) for p in run.plans])
+    return times, deepest
+
+
+def _unplanned(plan: model.Plan) -> int:
+    return sum(1 for n in plan.reasons if n not in plan.planned_start)
+
+
+def _verdict(p99: float, target: float | None) -> str:
+    if target is None:
+        return ""
+    return f"  <= {target:g} ms: {'met' if p99 <= target else 'MISSED'}"
+
+
+def latency_table(repeats: int = 20, cases: Sequence[tuple[int, int]] = LATENCY_CASES,
+                  deep: DeepCase | None = DEEP_CASE) -> str:
     """Plan time of the fast policy from 8 to 4,096 GPUs: cost growth made visible.
 
     Two states per size, from a seeded generated scenario whose jobs have all
     arrived: `cold` (every job queued, nothing running: the largest queue)
     and `steady` (the step after the first commit: a busy cluster, the rest
-    queued).
+    queued). Then the deep queue (`DeepCase`): every re-plan of simulated runs, the
+    queue as it stands at each step.
     """
     from extender.planner import generator
 
@@ -234,6 +290,7 @@ def latency_table(repeats: int = 20, cases: Sequence[tuple[int, int]] = LATENCY_
         running = {n: (by_name[n], b, 0) for n, b in first.starts.items()}
         steady = simulating.plan_input(s, 1, running, set(running), dict(first.service_gpus))
         n = repeats if gpus <= 1024 else max(5, repeats // 4)
+        target = PLAN_TARGET_MS.get(gpus) if (gpus, jobs) in ((8, 15), (64, 30)) else None
         for state, inp in (("cold", cold), ("steady", steady)):
             times = []
             for _ in range(n):
@@ -244,9 +301,24 @@ def latency_table(repeats: int = 20, cases: Sequence[tuple[int, int]] = LATENCY_
             lines.append(
                 f"{gpus:6d} {jobs:5d} {state:>7s} {len(inp.queued):6d} "
                 f"{len(inp.running):7d} {p['p50']:8.2f} {p['p99']:8.2f} {p['max']:8.2f} "
-                f"{n:5d}"
+                f"{n:5d}{_verdict(p['p99'], target)}"
             )
         sys.stderr.write(f"  latency: {gpus} GPUs measured\n")
+    if deep is not None:
+        times, deepest = deep_queue_times(deep)
+        p = percentiles_ms(times)
+        lines.append(
+            f"{deep.gpus:6d} {deep.jobs:5d} {'deep':>7s} {'<=' + str(deepest):>6s} "
+            f"{'-':>7s} {p['p50']:8.2f} {p['p99']:8.2f} {p['max']:8.2f} {len(times):5d}"
+            f"{_verdict(p['p99'], DEEP_TARGET_MS)}"
+        )
+        lines.append(
+            f"  deep: every re-plan of {len(deep.seeds)} simulated runs of {deep.days} days "
+            f"(seeds {', '.join(map(str, deep.seeds))}), {deep.jobs} trace-shaped jobs "
+            "arriving in bursts"
+        )
+        sys.stderr.flush()
+        sys.stderr.write("  latency: deep queue measured\n")
     return "\n".join(lines)
 
 

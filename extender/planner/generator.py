@@ -35,6 +35,10 @@ from extender.planner import model
 
 PHILLY_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 PHILLY_P: tuple[float, ...] = (0.70, 0.10, 0.15, 0.05)
+# The shape of real GPU pod logs (mix="trace"): most pods 1 GPU, a few 2/4/8, no gangs;
+# between Philly's ~82% of jobs at 1 GPU and Alibaba PAI's ~97% (WORKLOADS.md).
+TRACE_P: tuple[float, ...] = (0.90, 0.05, 0.03, 0.02)
+MIXES: dict[str, tuple[float, ...]] = {"philly": PHILLY_P, "trace": TRACE_P}
 PRIORITY_P: tuple[float, ...] = (0.22, 0.18, 0.15, 0.13, 0.11, 0.09, 0.07, 0.05)  # 1..8
 TYPE_P: dict[str, float] = {"training": 0.6, "batch-inference": 0.25, "quantization": 0.15}
 _PREFIX = {"training": "train", "batch-inference": "binf", "quantization": "quant"}
@@ -67,6 +71,8 @@ def generate(
     forecast_error: float = 0.0,
     start_hour: int = 0,
     name: str | None = None,
+    mix: str = "philly",
+    burst: float = 0.0,
 ) -> model.Scenario:
     """A scenario of `gpus` GPUs and `jobs` batch-like jobs, fully determined by `seed`.
 
@@ -79,6 +85,11 @@ def generate(
     of the cluster, at most 256). `estimate_error` is the sigma of a lognormal
     error on `estimate_steps` (0 = exact); `forecast_error` likewise on each
     service's forecast (0 = exact). Step 0 is Monday `start_hour`:00.
+
+    `mix` picks the job sizes: "philly" (above) or "trace", the shape of real GPU pod
+    logs (`TRACE_P`: 90% 1 GPU, a few 2/4/8, no multi-node gangs unless `large_share`
+    asks). `burst` is the sigma of a lognormal factor on each step's arrival rate (0 =
+    the smooth diurnal rate): pods arrive in bursts, as in those logs.
     """
     _check(gpus >= 1, f"gpus must be >= 1, got {gpus}")
     _check(gpus_per_node >= 1, f"gpus_per_node must be >= 1, got {gpus_per_node}")
@@ -92,6 +103,8 @@ def generate(
     _check(step_minutes >= 1, f"step_minutes must be >= 1, got {step_minutes}")
     _check(0.0 <= backlog <= 1.0, f"backlog must be in [0, 1], got {backlog}")
     _check(0.0 <= service_share < 1.0, f"service_share must be in [0, 1), got {service_share}")
+    _check(mix in MIXES, f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
+    _check(burst >= 0.0, f"burst must be >= 0, got {burst}")
     cluster = model.Cluster(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node)
     rng = np.random.default_rng(seed)
     span = arrival_steps if arrival_steps is not None else duration_steps
@@ -99,15 +112,15 @@ def generate(
 
     gang_sizes = _gang_sizes(cluster, max_gang)
     if large_share is None:
-        large_share = 0.04 if gang_sizes and cluster.nodes >= 4 else 0.0
+        large_share = 0.04 if gang_sizes and cluster.nodes >= 4 and mix == "philly" else 0.0
     _check(0.0 <= large_share <= 1.0, f"large_share must be in [0, 1], got {large_share}")
     if not gang_sizes:
         large_share = 0.0
     small_sizes = [s for s in PHILLY_SIZES if s <= gpus_per_node and s <= gpus]
-    small_p = np.array([PHILLY_P[PHILLY_SIZES.index(s)] for s in small_sizes])
+    small_p = np.array([MIXES[mix][PHILLY_SIZES.index(s)] for s in small_sizes])
     small_p /= small_p.sum()
 
-    arrivals = _arrivals(rng, jobs, span, backlog, step_minutes, start_hour)
+    arrivals = _arrivals(rng, jobs, span, backlog, step_minutes, start_hour, burst)
     types = list(TYPE_P)
     type_p = np.array(list(TYPE_P.values()))
     out_jobs: list[model.Job] = []
@@ -294,7 +307,8 @@ def _arrival_rate(hour_of_week: float) -> float:
 
 
 def _arrivals(
-    rng: np.random.Generator, jobs: int, span: int, backlog: float, step_minutes: int, h0: int
+    rng: np.random.Generator, jobs: int, span: int, backlog: float, step_minutes: int, h0: int,
+    burst: float = 0.0,
 ) -> list[int]:
     n_backlog = round(jobs * backlog)
     rest = jobs - n_backlog
@@ -302,6 +316,8 @@ def _arrivals(
         return [0] * jobs
     steps = np.arange(1, span)
     w = np.array([_arrival_rate(_hour_of_week(int(t), step_minutes, h0)) for t in steps])
+    if burst > 0:  # drawn only when asked, so burst=0 keeps every seed's scenario as it was
+        w = w * rng.lognormal(0.0, burst, size=len(w))
     later = rng.choice(steps, size=rest, p=w / w.sum()) if rest else np.array([], dtype=int)
     return sorted([0] * n_backlog + [int(t) for t in later])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from extender import cli
+from extender import benchmarking, cli
 
 
 def test_bench_prints_the_table_and_writes_checkable_results(
@@ -117,3 +117,17 @@ def test_bench_refuses_bad_scenarios_before_running_anything(
 def test_unknown_policy_and_command() -> None:
     assert cli.main(["bench", "--policies", "lifo"]) == 2
     assert cli.main(["frobnicate"]) == 2
+
+
+def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
+    case = benchmarking.DeepCase(gpus=16, jobs=80, days=1, seeds=(1, 2))
+    times, deepest = benchmarking.deep_queue_times(case)
+    assert len(times) == 2 * 24 and all(t > 0 for t in times)  # one per step, per seed
+    arrived = max(sum(1 for j in s.jobs if j.arrival_step <= 23) for s in case.scenarios())
+    assert 10 < deepest <= arrived  # the queue grows: 80 jobs in a day on 16 GPUs
+    table = benchmarking.latency_table(repeats=2, cases=((8, 15),), deep=case)
+    row = next(line for line in table.splitlines() if " deep " in line)
+    assert row.split()[:4] == ["16", "80", "deep", f"<={deepest}"]
+    assert row.split()[8] == "48" and row.endswith(("<= 10 ms: met", "<= 10 ms: MISSED"))
+    eight = next(line for line in table.splitlines() if line.split()[:3] == ["8", "15", "cold"])
+    assert "<= 1 ms:" in eight

@@ -139,3 +139,25 @@ def test_written_file_loads_back(tmp_path: Path, suffix: str) -> None:
     data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     loaded = scenario.parse(data, str(path))
     assert dataclasses.replace(loaded, source=s.source) == s
+
+
+def test_trace_mix_is_mostly_one_gpu_and_bursts_bunch_arrivals() -> None:
+    s = generator.generate(64, 1000, seed=7, mix="trace", backlog=0.0, duration_steps=48)
+    sizes = collections.Counter(j.gpus for j in s.jobs)
+    assert 0.86 < sizes[1] / len(s.jobs) < 0.94
+    assert set(sizes) == {1, 2, 4, 8}  # a few of each, and no multi-node gangs
+    smooth = collections.Counter(j.arrival_step for j in s.jobs)
+    bursty = collections.Counter(
+        j.arrival_step
+        for j in generator.generate(64, 1000, seed=7, mix="trace", backlog=0.0,
+                                    duration_steps=48, burst=1.0).jobs)
+    assert max(bursty.values()) > 1.5 * max(smooth.values())
+    # Without a burst the draws are as before: the Philly mix's scenarios do not move.
+    assert generator.generate(64, 30, seed=7, burst=0.0) == generator.generate(64, 30, seed=7)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [({"mix": "alibaba"}, "mix must be one of"),
+                                                  ({"burst": -1.0}, "burst must be >= 0")])
+def test_bad_mix_or_burst(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        generator.generate(64, 10, seed=0, **kwargs)  # type: ignore[arg-type]
