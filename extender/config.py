@@ -62,6 +62,9 @@ class Settings:
     prometheus_url: str = ""
     realtime_penalty: float = 8.0
     max_wait_steps: int = 48  # the starvation bound: a job waiting this long is planned first
+    # A service's objective when its Deployment sets no gpuroster.io/service-level: the
+    # share of its demanded GPU-steps the headroom over its forecast is sized to cover.
+    service_level: float = 0.99
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -128,6 +131,8 @@ def validate(s: Settings) -> None:
         raise bad("realtime_penalty", f"must be >= 0, got {s.realtime_penalty}")
     if s.max_wait_steps < 1:
         raise bad("max_wait_steps", f"must be >= 1, got {s.max_wait_steps}")
+    if not (0.0 < s.service_level < 1.0):
+        raise bad("service_level", f"must be a share of demand in (0, 1), got {s.service_level}")
     if not s.priority_classes:
         raise bad("priority_classes", "needs at least one class")
     for k, v in s.priority_classes.items():
@@ -178,6 +183,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("realtime_penalty", float, "cost of a real-time GPU-step short, x the service priority"),
     ("max_wait_steps", int, "starvation bound: a job that has waited this many steps is "
      "planned before all others"),
+    ("service_level", float, "a service's objective when it sets no gpuroster.io/service-level: "
+     "share of demanded GPU-steps the headroom over its forecast is sized for (0.99)"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender import config
-from extender.planner import model
+from extender.planner import headroom, model
 
 PREFIX = "gpuroster.io/"
 WORKLOAD = PREFIX + "workload"
@@ -27,6 +27,7 @@ MAX_DURATION_SECONDS = 366 * 86400.0  # beyond this an estimate is garbage, not 
 MAX_SWAP = PREFIX + "max-swap"
 DEMAND_CONFIGMAP = PREFIX + "demand-configmap"
 DEMAND_QUERY = PREFIX + "demand-query"
+SERVICE_LEVEL = PREFIX + "service-level"  # share of demanded GPU-steps promised, in (0, 1)
 # Written by the system: the durable record of admission.
 BLOCK = PREFIX + "block"
 ADMITTED_AT = PREFIX + "admitted-at"
@@ -60,6 +61,7 @@ class ServiceSpec:
     gpus_per_replica: int
     demand_configmap: str | None
     demand_query: str | None
+    service_level: float | None = None  # None: the `service_level` setting
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -263,7 +265,23 @@ def service_spec(dep: Mapping[str, Any], settings: config.Settings,
     if not cm and not query:
         raise AnnotationError(f"needs {DEMAND_CONFIGMAP} or {DEMAND_QUERY}")
     return ServiceSpec(name=key(dep), priority=prio, max_swap=swap, gpus_per_replica=per,
-                       demand_configmap=cm or None, demand_query=query or None)
+                       demand_configmap=cm or None, demand_query=query or None,
+                       service_level=service_level(a.get(SERVICE_LEVEL)))
+
+
+def service_level(raw: str | None) -> float | None:
+    """The `gpuroster.io/service-level` objective: a share in (0, 1) such as "0.99", or a
+    percentage such as "99%"; absent: None (the setting's default)."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    try:
+        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        return headroom.check_objective(value)
+    except ValueError:
+        raise AnnotationError(
+            f"{SERVICE_LEVEL}: {raw!r} is not a share of demand in (0, 1) such as \"0.99\" "
+            "(or a percentage below 100%, such as \"99%\")") from None
 
 
 def numbers(text: str, what: str) -> list[float]:

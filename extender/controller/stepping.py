@@ -113,7 +113,8 @@ class Controller:
     def _make_policy(self) -> policies.Policy:
         if self.settings.policy == "gpuroster":
             return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty,
-                                   max_wait_steps=self.settings.max_wait_steps)
+                                   max_wait_steps=self.settings.max_wait_steps,
+                                   service_level=self.settings.service_level)
         return policies.create(self.settings.policy)
 
     # --- time ---------------------------------------------------------------------
@@ -327,7 +328,8 @@ class Controller:
                 past_forecast=tuple(int(round(x)) for x in
                                     self._past_forecasts.get(name, past)),
                 lost=lost, nodes=sv.nodes, unit=sv.spec.gpus_per_replica,
-                most_per_node=sv.spec.gpus_per_replica if sv.apart else 0))
+                most_per_node=sv.spec.gpus_per_replica if sv.apart else 0,
+                service_level=sv.spec.service_level))
         unavailable = set(snap.unavailable) | frozen
         for node, n in snap.foreign.items():
             if node not in snap.node_index:

@@ -238,6 +238,8 @@ def to_dict(scenario: model.Scenario) -> dict[str, Any]:
         }
         if s.forecast != s.demand:
             sd["forecast"] = list(s.forecast)
+        if s.service_level is not None:
+            sd["service_level"] = s.service_level
         services.append(sd)
     return {
         "version": 1,

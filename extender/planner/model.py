@@ -99,6 +99,9 @@ class Service:
     max_swap: int
     demand: tuple[int, ...]
     forecast: tuple[int, ...]
+    # The share of its demanded GPU-steps it must get (optional `service_level`, an
+    # extension of MODEL.md v1); None: the planner's default.
+    service_level: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,9 @@ class ServiceState:
     # The most GPUs one node may hold for it (its pods' required anti-affinity to each
     # other on the node: one replica a node); 0: no limit.
     most_per_node: int = 0
+    # The share of its demanded GPU-steps it must get (the `gpuroster.io/service-level`
+    # objective); None: the planner's default. Sets the headroom over its forecast.
+    service_level: float | None = None
 
     def allowed(self, cluster: Cluster) -> int:
         """Mask of the GPUs this service may hold."""

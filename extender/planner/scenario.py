@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.planner import model
+from extender.planner import headroom, model
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -206,6 +206,7 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
         max_swap = c.integer(raw, "max_swap", where, minimum=0)
         demand = c.curve(raw, "demand", where, window, required=True)
         forecast = c.curve(raw, "forecast", where, window, required=False)
+        level = _service_level(c, raw, where)
         if None not in (svc_name, priority, max_swap, demand):
             assert demand is not None
             services.append(
@@ -215,6 +216,7 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
                     int(max_swap or 0),
                     demand,
                     forecast if forecast is not None else demand,
+                    level,
                 )
             )
 
@@ -232,6 +234,19 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
         tuple(services),
         source,
     )
+
+
+def _service_level(c: _Checker, raw: Mapping[str, Any], where: str) -> float | None:
+    """A service's optional `service_level` (an extension of version 1: the share of its
+    demanded GPU-steps it must get, in (0, 1); absent or null: the planner's default)."""
+    value = raw.get("service_level")
+    if value is None:
+        return None
+    try:
+        return headroom.check_objective(value)
+    except ValueError as e:
+        c.fail(f"{where}.service_level", str(e).removeprefix("service level "))
+        return None
 
 
 def _entries(
@@ -285,6 +300,7 @@ def to_document(s: model.Scenario) -> dict[str, Any]:
                 "max_swap": v.max_swap,
                 "demand": list(v.demand),
                 "forecast": list(v.forecast),
+                **({"service_level": v.service_level} if v.service_level is not None else {}),
             }
             for v in s.services
         ],

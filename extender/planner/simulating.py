@@ -82,6 +82,7 @@ def plan_input(
             current_gpus=service_sets.get(v.name, frozenset()),
             reservation=max(v.forecast[:window]) if window else 0,
             past_forecast=v.forecast[:t],
+            service_level=v.service_level,
         )
         for v in s.services
     )

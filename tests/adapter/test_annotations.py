@@ -140,6 +140,25 @@ def test_service_spec_and_its_problems() -> None:
                                                "gpuroster.io/max-swap": "lots"}), S)
 
 
+@pytest.mark.parametrize(("raw", "level"), [(None, None), ("0.99", 0.99), (" 0.95 ", 0.95),
+                                             ("99.9%", 0.999)])
+def test_service_level_annotation(raw: str | None, level: float | None) -> None:
+    notes = {"gpuroster.io/demand-configmap": "c"}
+    if raw is not None:
+        notes["gpuroster.io/service-level"] = raw
+    s = ann.service_spec(deployment("chat", notes=notes), S)
+    assert s is not None and s.service_level == pytest.approx(level) if level else (
+        s is not None and s.service_level is None)
+
+
+@pytest.mark.parametrize("raw", ["1", "0", "1.5", "-0.2", "100%", "high", "", "nan"])
+def test_bad_service_level_is_a_clear_error(raw: str) -> None:
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c",
+                                  "gpuroster.io/service-level": raw})
+    with pytest.raises(ann.AnnotationError, match="gpuroster.io/service-level: .* share of demand"):
+        ann.service_spec(d, S)
+
+
 def test_demand_configmap() -> None:
     d = ann.demand(configmap("c", curve="[1, 2, 3]", history="4,5 6"))
     assert d.curve == (1.0, 2.0, 3.0) and d.history == (4.0, 5.0, 6.0)

@@ -67,6 +67,8 @@ BAD = [
     ("services.0.demand", [1, 2], "services[0] (chat).demand", "shorter than the window"),
     ("services.0.demand", [1, -1, 1, 1], "services[0] (chat).demand", "non-negative"),
     ("services.0.max_swap", -1, "services[0] (chat).max_swap", ">= 0"),
+    ("services.0.service_level", 1.0, "services[0] (chat).service_level", "must be in (0, 1)"),
+    ("services.0.service_level", "high", "services[0] (chat).service_level", "a number"),
     ("services.0.name", "a", "services[0].name", "duplicate name"),
     ("services", {"chat": 1}, "services", "must be a list"),
 ]
@@ -203,3 +205,13 @@ def test_json_file_written_by_someone_else_loads(tmp_path: Path) -> None:
     p = tmp_path / "theirs.json"
     p.write_text(json.dumps(doc))
     assert scenarios.load(p).services[0].demand == (2, 2, 1, 1, 3)
+
+
+def test_service_level_is_optional_and_round_trips(tmp_path: Path) -> None:
+    assert scenarios.parse(good()).services[0].service_level is None
+    d = good()
+    d["services"][0]["service_level"] = 0.99
+    s = scenarios.parse(d)
+    assert s.services[0].service_level == 0.99
+    scenarios.dump(s, tmp_path / "s.yaml")
+    assert scenarios.load(tmp_path / "s.yaml").services == s.services

@@ -1,0 +1,159 @@
+"""Service level against value when forecasts are wrong: gpuroster's objectives against fifo.
+
+    python bench/slo.py                      # 60 instances of the family + the seven
+    python bench/slo.py --count 100 --seed 2500 --out out/bench-slo
+
+Runs fifo, priority-easy and gpuroster at each objective (every service's
+`service_level` set to it) on the seeded family of wrong forecasts
+(`extender/planner/wrongforecasts.py`) and on the seven shipped scenarios, and
+prints per objective: the delivered real-time service level (mean, worst), the
+value against fifo (mean change), and the two counts of issue #25's Done-when:
+instances where gpuroster's service level is more than 0.5 points below fifo's,
+and the share where its value is at least fifo's. Writes a plot of the trade.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from extender import scenarios
+from extender.planner import legality, metrics, model, simulating, wrongforecasts
+
+OBJECTIVES = (0.95, 0.99, 0.999)
+SL_SLACK = 0.5  # points below fifo's service level that count as a violation
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    kind: str  # the family's kind, or "shipped"
+    fifo: metrics.Metrics
+    easy: metrics.Metrics
+    gpuroster: dict[float, metrics.Metrics]
+
+
+def with_objective(s: model.Scenario, objective: float) -> model.Scenario:
+    return replace(s, services=tuple(replace(v, service_level=objective) for v in s.services))
+
+
+def measure(s: model.Scenario, policy: str) -> metrics.Metrics:
+    run = simulating.simulate(s, policy)
+    legality.check(s, run.grid)
+    return metrics.compute(s, run.grid)
+
+
+def run(instances: list[tuple[str, model.Scenario]]) -> list[Outcome]:
+    out = []
+    for kind, s in instances:
+        g = {o: measure(with_objective(s, o), "gpuroster") for o in OBJECTIVES}
+        out.append(Outcome(s.name, kind, measure(s, "fifo"), measure(s, "priority-easy"), g))
+    return out
+
+
+def _sl(m: metrics.Metrics) -> float:
+    return 100.0 * m.realtime_service_level
+
+
+def _gain(m: metrics.Metrics, base: metrics.Metrics) -> float:
+    return 100.0 * (m.value / base.value - 1.0) if base.value else 0.0
+
+
+def table(outcomes: list[Outcome], title: str) -> str:
+    n = len(outcomes)
+    lines = [f"{title} ({n} instances)",
+             f"{'policy':22s} {'SL mean':>8s} {'SL worst':>9s} {'value vs fifo':>14s} "
+             f"{'SL < fifo-0.5':>14s} {'value >= fifo':>14s}"]
+
+    def row(label: str, ms: list[metrics.Metrics]) -> None:
+        sl = [_sl(m) for m in ms]
+        gains = [_gain(m, o.fifo) for m, o in zip(ms, outcomes, strict=True)]
+        bad = sum(_sl(m) < _sl(o.fifo) - SL_SLACK for m, o in zip(ms, outcomes, strict=True))
+        ok = sum(m.value >= o.fifo.value for m, o in zip(ms, outcomes, strict=True))
+        lines.append(f"{label:22s} {statistics.mean(sl):8.2f} {min(sl):9.2f} "
+                     f"{statistics.mean(gains):+13.1f}% {bad:14d} "
+                     f"{ok:6d} ({100.0 * ok / n:5.1f}%)")
+
+    row("fifo", [o.fifo for o in outcomes])
+    row("priority-easy", [o.easy for o in outcomes])
+    for obj in OBJECTIVES:
+        row(f"gpuroster @ {obj:g}", [o.gpuroster[obj] for o in outcomes])
+    return "\n".join(lines)
+
+
+def per_kind(outcomes: list[Outcome], objective: float) -> str:
+    lines = [f"by kind, gpuroster @ {objective:g}: SL mean (fifo), value vs fifo, violations"]
+    for kind in sorted({o.kind for o in outcomes}):
+        os_ = [o for o in outcomes if o.kind == kind]
+        g = [o.gpuroster[objective] for o in os_]
+        bad = sum(_sl(m) < _sl(o.fifo) - SL_SLACK for m, o in zip(g, os_, strict=True))
+        lines.append(
+            f"  {kind:8s} n={len(os_):3d}  SL {statistics.mean(_sl(m) for m in g):6.2f} "
+            f"({statistics.mean(_sl(o.fifo) for o in os_):6.2f})  value "
+            f"{statistics.mean(_gain(m, o.fifo) for m, o in zip(g, os_, strict=True)):+6.1f}%"
+            f"  violations {bad}")
+    return "\n".join(lines)
+
+
+def plot(outcomes: list[Outcome], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fifo_sl = statistics.mean(_sl(o.fifo) for o in outcomes)
+    ax.scatter([0.0], [fifo_sl], marker="s", color="black", label="fifo")
+    easy = [o.easy for o in outcomes]
+    ax.scatter([statistics.mean(_gain(m, o.fifo) for m, o in zip(easy, outcomes, strict=True))],
+               [statistics.mean(_sl(m) for m in easy)], marker="^", color="grey",
+               label="priority-easy")
+    xs, ys = [], []
+    for obj in OBJECTIVES:
+        g = [o.gpuroster[obj] for o in outcomes]
+        xs.append(statistics.mean(_gain(m, o.fifo) for m, o in zip(g, outcomes, strict=True)))
+        ys.append(statistics.mean(_sl(m) for m in g))
+    ax.plot(xs, ys, "o-", color="tab:blue", label="gpuroster (objective)")
+    for x, y, obj in zip(xs, ys, OBJECTIVES, strict=True):
+        ax.annotate(f"{obj:g}", (x, y), textcoords="offset points", xytext=(6, -10))
+    ax.set_xlabel("value vs fifo, mean over instances (%)")
+    ax.set_ylabel("real-time service level, mean (%)")
+    ax.set_title(f"Wrong forecasts: {len(outcomes)} instances of the family")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--count", type=int, default=60, help="instances of the family")
+    ap.add_argument("--seed", type=int, default=2500, help="first seed of the family")
+    ap.add_argument("--out", type=Path, default=Path("out/bench-slo"))
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    fam = [(s.name.split("-")[1], s) for s in wrongforecasts.family(a.count, a.seed)]
+    shipped = [("shipped", scenarios.load(scenarios.builtin_dir() / f"{n}.yaml"))
+               for n in scenarios.builtin_names()]
+    family_out = run(fam)
+    shipped_out = run(shipped)
+    print(table(family_out, "wrong-forecast family"))
+    print()
+    print(per_kind(family_out, 0.99))
+    print()
+    print(table(shipped_out, "the seven scenarios"))
+    print()
+    print(table(family_out + shipped_out, "both"))
+    print(f"\nplot: {plot(family_out, a.out / 'slo.png')}  ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

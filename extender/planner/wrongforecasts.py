@@ -1,0 +1,92 @@
+"""A seeded family of scenarios whose services' forecasts are wrong, the ways operators meet it.
+
+Purely computational (standard library + numpy). `family(count, seed)` gives
+`count` scenarios of 8, 16 or 32 GPUs, jobs of the usual trace shapes (the
+generator's Philly mix, durations and diurnal arrivals), and services whose
+true demand departs from what the planner is told in one of five ways:
+
+- `low`: the forecast is 15-40% below demand all along (growth a week-old
+  forecast did not see);
+- `high`: the forecast is 15-50% above demand;
+- `shift`: the forecast's daily peak comes 1-3 hours early or late;
+- `spikes`: demand is the forecast, plus a few unforeseen spikes a day of
+  1.4-2x for one or two hours;
+- `noise`: demand is the forecast times a lognormal factor of sigma 0.3.
+
+The same arguments give the same scenarios on any machine; `generator.write`
+dumps one to a version-1 scenario file.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from extender.planner import generator, model
+
+KINDS: tuple[str, ...] = ("low", "high", "shift", "spikes", "noise")
+SIZES: tuple[int, ...] = (8, 16, 32)
+
+
+def family(count: int = 60, seed: int = 2500) -> list[model.Scenario]:
+    """`count` instances, the kinds in turn, sizes and everything else drawn from `seed`."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    return [instance(seed + i, KINDS[i % len(KINDS)]) for i in range(count)]
+
+
+def instance(seed: int, kind: str) -> model.Scenario:
+    """One instance of `kind` (one of KINDS), fully determined by `seed`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    rng = np.random.default_rng([seed, KINDS.index(kind)])
+    gpus = int(rng.choice(SIZES))
+    jobs = int(gpus * rng.uniform(1.5, 3.0))
+    share = float(rng.uniform(0.3, 0.5))  # services' weekday peaks, of the cluster
+    base = generator.generate(
+        gpus, jobs, seed, services=1 if gpus <= 16 else 2, service_share=share,
+        start_hour=int(rng.integers(0, 24)), name=f"wrong-{kind}-{gpus}g-s{seed}")
+    services = tuple(_wrong(v, kind, rng, gpus, base.steps_per_day) for v in base.services)
+    return model.Scenario(
+        name=base.name,
+        description=f"{base.description}; forecasts wrong: {kind}",
+        cluster=base.cluster,
+        step_minutes=base.step_minutes,
+        horizon_steps=base.horizon_steps,
+        duration_steps=base.duration_steps,
+        jobs=base.jobs,
+        services=services,
+        source="<generated>",
+    )
+
+
+def _wrong(v: model.Service, kind: str, rng: np.random.Generator, gpus: int,
+           steps_per_day: int) -> model.Service:
+    """The service with its demand and forecast made to disagree as `kind` says."""
+    told = np.array(v.forecast, dtype=np.float64)  # the generator's curve: exact so far
+    true = told.copy()
+    n = len(told)
+    if kind == "low":  # forecast = demand x (1 - b)
+        told = true * (1.0 - rng.uniform(0.15, 0.40))
+    elif kind == "high":
+        told = true * (1.0 + rng.uniform(0.15, 0.50))
+    elif kind == "shift":
+        hours = int(rng.integers(1, 4)) * int(rng.choice((-1, 1)))
+        lag = round(hours * steps_per_day / 24)
+        told = np.array([true[min(n - 1, max(0, t - lag))] for t in range(n)])
+    elif kind == "spikes":
+        days = math.ceil(n / steps_per_day)
+        for d in range(days):
+            for _ in range(int(rng.integers(2, 5))):
+                start = d * steps_per_day + int(rng.integers(0, steps_per_day))
+                width = int(rng.integers(1, 3))
+                true[start : start + width] *= rng.uniform(1.4, 2.0)
+    else:  # noise
+        true = true * rng.lognormal(0.0, 0.3, size=n)
+    demand = tuple(int(x) for x in np.clip(np.round(true), 0, gpus))
+    forecast = tuple(int(x) for x in np.clip(np.round(told), 0, gpus))
+    ramp = max((abs(b - a) for a, b in zip(demand, demand[1:], strict=False)), default=1)
+    return model.Service(name=v.name, priority=v.priority,
+                         max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
+                         demand=demand, forecast=forecast)
