@@ -97,12 +97,17 @@ class Options:
     trade_sooner: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class _Placed:
     name: str
     step: int  # offset from now
-    block: model.Block
+    start: int  # its block's first GPU (a Block is made for the winning plan only)
+    size: int
     traded: bool = False  # over the services' curve, at a price
+
+    @property
+    def block(self) -> model.Block:
+        return model.Block(self.start, self.size)
 
 
 @dataclass(frozen=True)
@@ -423,6 +428,7 @@ class Gpuroster:
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
+        price_floor = shortable[0][0] if shortable else 0.0  # the cheapest shortfall
         cand.short = short
         # (start, block) of the starving jobs planned for later. Work planned after them
         # on their GPUs ends a margin before they start: one that overran into the block
@@ -438,14 +444,16 @@ class Gpuroster:
                     near |= m
             return near
 
-        def hold(q: model.QueuedJob, k: int, end: int, b: model.Block, value: float,
+        def hold(q: model.QueuedJob, k: int, end: int, start: int, value: float,
                  traded: bool = False) -> None:
-            m = b.mask
-            for t in range(k, end):
-                occ[t] |= m
-                if slack[t] < q.gpus:
-                    short[t] += q.gpus - max(0, slack[t])
-                slack[t] -= q.gpus
+            size = q.gpus
+            m = ((1 << size) - 1) << start
+            occ[k:end] = map(m.__or__, occ[k:end])  # (C-level loops: this runs per job)
+            if traded:  # over the services' curve somewhere: note what it takes from them
+                for t in range(k, end):
+                    if slack[t] < size:
+                        short[t] += size - max(0, slack[t])
+            slack[k:end] = map((-size).__add__, slack[k:end])
             for mask, room in rooms:
                 if m & mask:
                     inside = (m & mask).bit_count()
@@ -456,10 +464,10 @@ class Gpuroster:
             # the jobs placed after it; else a packed plan turns a one-step overrun into
             # real-time shortfall.
             for t in range(end, min(end + guard, W)):
-                slack[t] -= q.gpus
-            if q.name in starving and k:
+                slack[t] -= size
+            if k and q.name in starving:
                 ahead.append((k, m))
-            cand.placed.append(_Placed(q.name, k, b, traded))
+            cand.placed.append(_Placed(q.name, k, start, size, traded))
             cand.score += value
             done.add(q.name)
         # Jobs that find no room inside the horizon still get a reservation
@@ -501,13 +509,19 @@ class Gpuroster:
             # and no higher priority (the room only shrinks; the cheapest shortfall goes
             # first): by shape, the highest priority it failed at.
             untraded: dict[tuple[int, int, int], float] = {}
+            # And where a job found its earliest start, a later job of the same shape
+            # starts no sooner (the grid fills, the room shrinks, the GPUs kept for
+            # starving work only grow): a deep queue of small jobs, a few shapes many
+            # times over, does not re-scan from step now for every one of them.
+            front: dict[tuple[int, int, int], int] = {}
             for q in jobs:
                 if q.name in done:
                     continue
                 d = min(q.estimate_steps, W)
                 size = q.gpus
                 allow = full if q.nodes is None else q.allowed(c)
-                skip = any(size >= fs and d >= fd and not allow & ~fa for fs, fd, fa in failed)
+                skip = bool(failed) and any(size >= fs and d >= fd and not allow & ~fa
+                                            for fs, fd, fa in failed)
                 tradable = (trading and bool(shortable)
                             and q.priority > untraded.get((size, d, allow), -math.inf))
                 if skip and not tradable:
@@ -518,7 +532,9 @@ class Gpuroster:
                     continue
                 placed = False
                 margin = max(o.overrun_guard, math.ceil(d * o.starving_margin)) if ahead else 0
-                k = limit if skip else 0  # ruled out above: only a trade is left to try
+                shape = (size, d, allow)
+                # Ruled out above: only a trade is left to try.
+                k = limit if skip else front.get(shape, 0)
                 while k < limit:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
@@ -555,6 +571,7 @@ class Gpuroster:
                         ):
                             k += 1
                         continue
+                    front[shape] = k
                     # Fullness counts batch work only: a node shared with a service is
                     # not "snug", since the service moves and jobs do not.
                     b = _best_fit(starts, size, full & ~occ[k], c)
@@ -562,6 +579,8 @@ class Gpuroster:
                     # Or now, over the services' curve, if that is worth more net of
                     # the shortfall: taken with `sooner`, else only noted in `met`.
                     if (k and tradable and (sooner or (met is not None and not met))
+                            and not _trade_loses(q.priority * size * cum[d if d < W else W],
+                                                 size - max(0, slack[0]), price_floor, later)
                             and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
                             and blocks.start_positions(free_now, size, c)):
                         swap = _trade(q, 0, d, allow, occ, slack, short,
@@ -617,11 +636,18 @@ class Gpuroster:
         return cand
 
 
+def _trade_loses(value: float, over: int, price: float, floor: float) -> bool:
+    """Whether a trade at step now worth `value` before its shortfall surely nets no more
+    than `floor` (so `_trade` would say None): `over` GPUs short at step now, each at
+    `price` or more. A margin far above rounding keeps the answer exact."""
+    return over > 0 and value - price * over <= floor - 1e-9 * max(1.0, abs(floor))
+
+
 def _trade(
     q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: list[int],
     short: list[int], locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
     W: int, cum: tuple[float, ...], floor: float = 0.0,
-) -> tuple[model.Block, float] | None:
+) -> tuple[int, float] | None:
     """`q`'s block and value net of the real-time shortfall it causes if it starts at step
     `k` (its GPUs beyond the batch room at each step, taken from the services' curves
     cheapest first), when a block is free and that value is above `floor`; else None."""
@@ -786,16 +812,37 @@ def _aligned_offsets(per_node: int, size: int) -> int:
     return sum(1 << off for off in range(0, per_node - size + 1, size))
 
 
-def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> model.Block:
+_POPCOUNT = bytes(i.bit_count() for i in range(256))
+_LOWEST_BIT = bytes((i & -i).bit_length() - 1 if i else 0 for i in range(256))
+
+
+def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> int:
     """Among legal start positions, the block that leaves the most useful free pool:
     the fullest node that fits (a perfect fit ends the search), a size-aligned
     offset inside it when one is free, lower nodes on ties. Whole-node blocks
     take the lowest run, which keeps the top for services."""
     g = c.gpus_per_node
     if size >= g:
-        return model.Block((starts & -starts).bit_length() - 1, size)
-    node_full = (1 << g) - 1
+        return (starts & -starts).bit_length() - 1
     aligned = _aligned_offsets(g, size)
+    if g == 8 and c.nodes <= 16:
+        # The same look, a byte a node: every node is a candidate at this size.
+        here_of = starts.to_bytes(c.nodes, "little")
+        free_of = free.to_bytes(c.nodes, "little").translate(_POPCOUNT)
+        best = -1
+        start = 0
+        for node in range(c.nodes):
+            here = here_of[node]
+            if not here:
+                continue
+            al = here & aligned
+            rank = 2 * free_of[node] + (0 if al else 1)  # (GPUs free, unaligned) as a number
+            if best < 0 or rank < best:
+                best, start = rank, 8 * node + _LOWEST_BIT[al if al else here]
+                if al and free_of[node] == size:
+                    break
+        return start
+    node_full = (1 << g) - 1
     best_key: tuple[int, int] | None = None
     best_start = 0
     x = starts
@@ -813,7 +860,7 @@ def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> model.Bloc
             if node_free == size and al:
                 break  # fills the node's gap exactly: nothing fits better
         x &= ~(node_full << base)
-    return model.Block(best_start, size)
+    return best_start
 
 
 @policies.register("gpuroster")
