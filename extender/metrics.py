@@ -64,6 +64,11 @@ class StepState:
     value_rate: float = 0.0
     service_demand: dict[str, int] = field(default_factory=dict)
     service_allocated: dict[str, int] = field(default_factory=dict)
+    # Per service: delivered service level over the last day of steps (where any demand
+    # was seen), its objective, and the headroom GPUs planned over its forecast now.
+    service_level: dict[str, float] = field(default_factory=dict)
+    service_objective: dict[str, float] = field(default_factory=dict)
+    service_headroom: dict[str, int] = field(default_factory=dict)
     queue_length: dict[str, int] = field(default_factory=dict)  # by priority
     queue_oldest_wait_seconds: dict[str, float] = field(default_factory=dict)
     step: int = 0
@@ -117,6 +122,27 @@ class StepCollector(Collector):
         yield demand
         yield allocated
         yield short
+        level = GaugeMetricFamily(
+            "gpuroster_realtime_service_level",
+            "Share of a service's demanded GPU-steps it got over the last day of steps "
+            "(demand as monitoring saw it, GPUs as planned), by service.", labels=["service"])
+        objective = GaugeMetricFamily(
+            "gpuroster_realtime_service_level_objective",
+            "The service level a service must get (gpuroster.io/service-level or the "
+            "default), by service.", labels=["service"])
+        room = GaugeMetricFamily(
+            "gpuroster_realtime_headroom_gpus",
+            "GPUs planned for a service over its forecast this step, for its recent "
+            "forecast error at its objective, by service.", labels=["service"])
+        for name in sorted(s.service_level):
+            level.add_metric([name], s.service_level[name])
+        for name in sorted(s.service_objective):
+            objective.add_metric([name], s.service_objective[name])
+        for name in sorted(s.service_headroom):
+            room.add_metric([name], s.service_headroom[name])
+        yield level
+        yield objective
+        yield room
         q = GaugeMetricFamily("gpuroster_queue_length", "Gangs waiting, by priority.",
                               labels=["priority"])
         oldest = GaugeMetricFamily("gpuroster_queue_oldest_wait_seconds",

@@ -33,7 +33,7 @@ from extender import config, metrics
 from extender.adapter import annotations as ann
 from extender.adapter import kube, objects, prometheus, snapshot, watching
 from extender.controller import clock as clock_mod
-from extender.planner import forecasting, model, policies
+from extender.planner import forecasting, headroom, model, policies
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class Controller:
         self._lock = threading.Lock()
         self._svc_used: dict[str, dict[str, int]] = {}
         self._sets: dict[int, dict[str, frozenset[int]]] = {}  # step -> service GPU sets
+        self._given: dict[str, dict[int, int]] = {}  # service -> step -> GPUs planned (a day)
         # step -> the sets each service had before it (fixed at the step's first plan)
         # step -> service -> (its set at the step's start, GPUs it lost with nodes)
         self._base: dict[int, dict[str, tuple[frozenset[int], int]]] = {}
@@ -863,8 +864,28 @@ class Controller:
             st.allocated_by_workload[rt] = st.allocated_by_workload.get(rt, 0) + a
             st.useful_by_workload[rt] = st.useful_by_workload.get(rt, 0) + min(a, d)
             value += min(a, d) * v.priority
+            self._observe_service_level(st, v, plan, step, a)
         st.value_rate = value
         self.state = st
+
+    def _observe_service_level(self, st: metrics.StepState, v: model.ServiceState,
+                               plan: model.Plan, step: int, allocated: int) -> None:
+        """The service's gauges: delivered service level over the last day of steps
+        (its past demand against the GPUs planned then), objective, headroom now."""
+        day = self.settings.steps_per_day()
+        given = self._given.setdefault(v.name, {})
+        given[step] = allocated
+        for old in [k for k in given if k <= step - day]:
+            del given[old]
+        start = step - len(v.past_demand)
+        pairs = [(v.past_demand[t - start], given[t]) for t in range(max(start, step - day), step)
+                 if t in given]
+        level = headroom.delivered([d for d, _ in pairs], [a for _, a in pairs])
+        if level is not None:
+            st.service_level[v.name] = level
+        st.service_objective[v.name] = (v.service_level if v.service_level is not None
+                                        else self.settings.service_level)
+        st.service_headroom[v.name] = plan.headroom.get(v.name, 0)
 
     # --- the verbs ----------------------------------------------------------------
 

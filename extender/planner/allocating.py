@@ -139,19 +139,35 @@ class _Candidate:
     short: list[int] = field(default_factory=list)
 
 
+def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
+    """The service's forecast over `length` steps, the daily pattern continued past its end."""
+    f = list(v.forecast[:length])
+    while len(f) < length:
+        f.append(f[len(f) - period] if len(f) >= period else (f[-1] if f else 0))
+    return f
+
+
+def service_room(v: model.ServiceState, forecast: list[int], service_level: float,
+                 error_window: int) -> list[int]:
+    """Headroom GPUs over `forecast` at each lead: the recent error at the service's
+    objective (or `service_level` when it sets none)."""
+    if not (v.past_demand and v.past_forecast):
+        return [0] * len(forecast)
+    level = v.service_level if v.service_level is not None else service_level
+    return headroom.curve(forecast, v.past_demand, v.past_forecast, level, error_window)
+
+
 def service_curve(
     v: model.ServiceState, length: int, now: int, period: int, error_memory: float,
     service_level: float = 0.99, error_window: int = headroom.DEFAULT_WINDOW,
+    room: list[int] | None = None,
 ) -> list[int]:
     """GPUs the plan holds for a service at steps now .. now+length-1: its forecast,
-    with headroom for the recent forecast error at its service level."""
-    f = list(v.forecast[:length])
-    while len(f) < length:  # continue the daily pattern past the forecast's end
-        f.append(f[len(f) - period] if len(f) >= period else (f[-1] if f else 0))
-    if v.past_demand and v.past_forecast:
-        level = v.service_level if v.service_level is not None else service_level
-        room = headroom.curve(f, v.past_demand, v.past_forecast, level, error_window)
-        f = [a + b for a, b in zip(f, room, strict=True)]
+    with headroom (`room`, else `service_room`) for the recent forecast error."""
+    f = forecast_curve(v, length, period)
+    if room is None:
+        room = service_room(v, f, service_level, error_window)
+    f = [a + b for a, b in zip(f, room, strict=True)]
     # Recent miss: if demand ran above forecast, expect more of the same for a while.
     if v.past_demand and v.past_forecast:
         miss = v.past_demand[-1] - v.past_forecast[-1]
@@ -224,9 +240,14 @@ class Gpuroster:
                 overrun[k] += r.gpus
 
         # Services: their curves, and the capacity they leave for batch work.
+        rooms = {
+            v.name: service_room(v, forecast_curve(v, W, inp.steps_per_day), o.service_level,
+                                 o.error_window or inp.steps_per_day)
+            for v in inp.services
+        }
         curves = {
             v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory,
-                                  o.service_level, o.error_window or inp.steps_per_day)
+                                  room=rooms[v.name])
             for v in inp.services
         }
         capacity = [c.gpus - unavailable.bit_count()] * W
@@ -362,6 +383,7 @@ class Gpuroster:
             targets[v.name] = max(0, target)
         self._place_services(inp, plan, best.placed, used_now, targets)
         for v in inp.services:  # at step now, what they hold
+            plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
             plan.service_counts[v.name] = tuple(
                 [len(plan.service_gpus[v.name])] + counts[v.name][1:H])
         return plan

@@ -6,15 +6,19 @@ Their recent disagreement, turned into GPUs at the service's objective, is the
 headroom the plan holds above the forecast, like service GPUs: batch work is
 not started on GPUs it would still hold at the steps the headroom covers.
 
-The error is scored relative to the scale of the forecast,
-``(demand - forecast) / max(forecast, mean forecast)`` over the last `window`
-steps: a level bias grows with the curve, and at the trough (where a small
-forecast would blow up a plain ratio) it is measured against the day's mean.
-The score at the objective's quantile is split conformally: with n recent
-scores, the ceil((n + 1) x objective)-th smallest (the largest when that is
-past n). Headroom at each lead is that score times the forecast's scale there,
-never below zero. When the forecast has been right for a window, every score
-is 0 and so is the headroom: exact forecasts plan exactly as before.
+Headroom at lead k is min(r x max(f_k, mean forecast), a) GPUs over the
+forecast f_k, with r and a sized on the last `window` steps so that the
+forecast raised by them would have delivered the objective there: r is the
+smallest relative error (demand - forecast) / max(forecast, mean forecast), a
+the smallest error in GPUs, for which sum(min(demand, forecast + headroom)) >=
+objective x sum(demand) (the objective counts demanded GPU-steps, as the
+service level does; a per-step quantile would size it to the rare step). The
+relative part follows a level bias up the curve, and at the trough, where a
+small forecast would blow up a plain ratio, it is measured against the mean;
+the absolute part keeps a burst of a few GPUs at night from becoming half of
+the peak. Both are the recent observed error, so headroom tightens once the
+forecast has been right for a window, and with exact forecasts it is 0: the
+plans are those of before.
 
 This builds on `forecasting`: its `upper` is the same idea as a ratio of the
 profile's own replay; here the error is that of whatever forecast the planner
@@ -40,37 +44,46 @@ def check_objective(value: float) -> float:
     return float(value)
 
 
-def scores(past_demand: Sequence[int], past_forecast: Sequence[int],
-           window: int = DEFAULT_WINDOW) -> tuple[np.ndarray, float]:
-    """(scores, scale floor): the recent relative errors and the mean forecast they used."""
-    n = min(len(past_demand), len(past_forecast), window)
-    if n <= 0:
-        return np.zeros(0), 0.0
-    d = np.asarray(past_demand[len(past_demand) - n:], dtype=np.float64)
-    f = np.asarray(past_forecast[len(past_forecast) - n:], dtype=np.float64)
-    floor = max(1.0, float(f.mean()))
-    return (d - f) / np.maximum(f, floor), floor
-
-
-def quantile(values: np.ndarray, objective: float) -> float:
-    """The conformal upper quantile of `values` at `objective` (0 with no values)."""
-    n = len(values)
-    if n == 0:
-        return 0.0
-    k = math.ceil((n + 1) * objective)
-    return float(np.sort(values)[min(k, n) - 1])
-
-
 def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Sequence[int],
           objective: float, window: int = DEFAULT_WINDOW) -> list[int]:
     """Headroom GPUs per lead (0 = step now) over `forecast`, at the service level
-    `objective`, from the error of the last `window` steps."""
-    s, floor = scores(past_demand, past_forecast, window)
-    q = quantile(s, objective)
-    if q <= 0.0:
-        return [0] * len(forecast)
+    `objective`, from the error of the last `window` steps (see the module text)."""
     n = min(len(past_demand), len(past_forecast), window)
-    gpus = quantile(np.asarray(past_demand[len(past_demand) - n:], dtype=np.float64)
-                    - np.asarray(past_forecast[len(past_forecast) - n:], dtype=np.float64),
-                    objective)
-    return [math.ceil(min(q * max(float(x), floor), gpus) - 1e-9) for x in forecast]
+    if n <= 0:
+        return [0] * len(forecast)
+    d = np.asarray(past_demand[len(past_demand) - n:], dtype=np.float64)
+    f = np.asarray(past_forecast[len(past_forecast) - n:], dtype=np.float64)
+    floor = max(1.0, float(f.mean()))
+    scale = np.maximum(f, floor)
+    share = smallest(d, f, scale, (d - f) / scale, objective)
+    if share <= 0.0:
+        return [0] * len(forecast)
+    gpus = smallest(d, f, np.ones(n), d - f, objective)
+    return [math.ceil(min(share * max(float(x), floor), gpus) - 1e-9) for x in forecast]
+
+
+def smallest(demand: np.ndarray, forecast: np.ndarray, unit: np.ndarray, candidates: np.ndarray,
+             objective: float) -> float:
+    """The smallest of the positive `candidates` c for which the forecast raised by
+    c x `unit` would have delivered `objective` of the demand (sum of min(demand,
+    forecast + c x unit) over sum of demand); 0 when the bare forecast did; the
+    largest candidate when none does."""
+    total = float(demand.sum())
+    if total <= 0.0 or float(np.minimum(demand, forecast).sum()) >= objective * total:
+        return 0.0
+    cand = np.unique(candidates[candidates > 0])
+    if len(cand) == 0:
+        return 0.0
+    got = np.minimum(demand[None, :], forecast[None, :] + cand[:, None] * unit[None, :]).sum(axis=1)
+    ok = np.nonzero(got >= objective * total - 1e-9)[0]
+    return float(cand[ok[0]] if len(ok) else cand[-1])
+
+
+def delivered(demand: Sequence[int], allocated: Sequence[int]) -> float | None:
+    """The service level of paired steps: 1 - sum max(0, demand - allocated) / sum demand;
+    None when nothing was demanded."""
+    total = sum(demand)
+    if total <= 0:
+        return None
+    short = sum(max(0, d - a) for d, a in zip(demand, allocated, strict=True))
+    return 1.0 - short / total

@@ -239,4 +239,7 @@ class Plan:
     planned_start: dict[str, int] = field(default_factory=dict)
     planned_block: dict[str, Block] = field(default_factory=dict)
     service_counts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # GPUs planned for a service over its forecast at step now, for its recent forecast
+    # error at its service level (`headroom`); policies without headroom leave it empty.
+    headroom: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender import config
+from extender import config, metrics
 from extender.adapter import annotations as ann
 from extender.adapter import snapshot, watching
 from extender.controller import clock as clock_mod
@@ -878,3 +878,35 @@ def test_a_deployment_takes_its_priority_from_the_priority_class_value() -> None
     fake.add("priorityclasses", {"metadata": {"name": "serving"}, "value": 2000000})
     assert priority() == 8.0  # critical: 1000000 <= 2000000
     assert watching.Cache(fake).items("priorityclasses") == []  # not watched unless asked
+
+
+def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
+    rig = Rig(nodes=2)
+    rig.fake.add("configmaps", configmap("d", curve="2"))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4",
+        "gpuroster.io/service-level": "0.99"}))
+    rig.step()
+    for _ in range(2):  # the curve comes true: no headroom
+        rig.advance()
+    st = rig.ctl.state
+    assert st is not None
+    assert st.service_headroom["ns/chat"] == 0 and st.service_level["ns/chat"] == 1.0
+    assert st.service_objective["ns/chat"] == 0.99
+    # monitoring sees 5 GPUs of demand for the next steps, against a curve of 2
+    for k in range(3, 7):
+        rig.fake.objects["configmaps"]["ns/d"]["data"]["observed"] = ",".join(
+            ["2"] * 3 + ["5"] * (k - 3))
+        rig.advance()
+    st = rig.ctl.state
+    assert st is not None
+    assert st.service_headroom["ns/chat"] >= 2
+    assert st.service_level["ns/chat"] < 0.99
+    assert rig.fake.objects["deployments"]["ns/chat"]["spec"]["replicas"] >= 4
+    metrics.set_state_source(lambda: rig.ctl.state)
+    try:
+        text = metrics.exposition().decode()
+    finally:
+        metrics.set_state_source(lambda: None)
+    assert 'gpuroster_realtime_headroom_gpus{service="ns/chat"}' in text
+    assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text

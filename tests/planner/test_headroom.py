@@ -38,11 +38,13 @@ def test_headroom_tightens_once_the_forecast_is_right_for_a_window() -> None:
     assert headroom.curve(DAY, demand, told, 0.99, window=12) == [0] * len(DAY)
 
 
-def test_conformal_quantile_takes_the_rank_the_objective_asks() -> None:
-    values = np.arange(1.0, 21.0)  # 1..20
-    assert headroom.quantile(values, 0.5) == 11.0  # ceil(21 x 0.5) = 11th
-    assert headroom.quantile(values, 0.99) == 20.0  # past n: the largest
-    assert headroom.quantile(np.zeros(0), 0.99) == 0.0
+def test_headroom_is_the_least_that_would_have_delivered_the_objective() -> None:
+    demand = np.array([10.0, 10.0, 10.0, 10.0])
+    told = np.array([10.0, 10.0, 10.0, 6.0])  # one step short by 4 of 40 GPU-steps
+    unit = np.ones(4)
+    assert headroom.smallest(demand, told, unit, demand - told, 0.9) == 0.0  # 36/40 already
+    assert headroom.smallest(demand, told, unit, np.array([1.0, 2.0, 3.0, 4.0]), 0.95) == 2.0
+    assert headroom.smallest(demand, told, unit, np.array([1.0, 4.0]), 0.99) == 4.0
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0, -0.1, 1.5, float("nan"), True, "0.9"])
