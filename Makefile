@@ -8,6 +8,7 @@
 #   make demo            fifo vs gpuroster on the local control plane, live (~6 min)
 #   make bench           the seven scenarios in the simulator + plan-time scaling table
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
+#   make bench-slo       service level vs value on 100 wrong-forecast instances + the seven (~1 min)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
@@ -30,7 +31,7 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status test test-unit test-e2e lint demo bench bench-cluster
+        cluster-status test test-unit test-e2e lint demo bench bench-slo bench-cluster
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -138,6 +139,9 @@ bench: venv
 	$(VENV)/bin/gpuroster bench --out out/bench --latency
 
 # Full mode (CP-SAT) and the value upper bound (HiGHS) beside the fast plan.
+bench-slo: venv
+	$(PY) bench/slo.py --count 100 --out out/bench-slo
+
 bench-full: venv
 	$(VENV)/bin/gpuroster bench --policies fifo,gpuroster --full --out out/bench-full
 

@@ -69,7 +69,8 @@ def scheduler_config(r: rendering.Rendered) -> dict[str, Any]:
             "replicaCount": 3,
             "config": {"namespaces": ["a", "b"]},
             "tls": {"enabled": True, "secretName": "gpuroster-tls"},
-            "metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
+            "metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True},
+                        "prometheusRule": {"enabled": True}},
         },
         {"scheduler": {"mode": "snippet"}},
     ],
@@ -203,6 +204,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_HORIZON_STEPS": "24",
         "GPUROSTER_REALTIME_PENALTY": "8",
         "GPUROSTER_MAX_WAIT_STEPS": "48",
+        "GPUROSTER_SERVICE_LEVEL": "0.99",
         "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
         "GPUROSTER_PRIORITY_CLASS_VALUES": "{}",
         "GPUROSTER_DEFAULT_PRIORITY": "normal",
@@ -677,8 +679,32 @@ def test_service_monitor_and_dashboard() -> None:
     } == titles
 
 
+def test_prometheus_rule_fires_when_a_service_is_below_its_objective() -> None:
+    r = rendering.template(
+        {"metrics": {"prometheusRule": {"enabled": True, "for": "1h", "labels": {"team": "ml"}}}},
+        namespace=NS)
+    rule = r.one("PrometheusRule", FULL)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["team"] == "ml"
+    (group,) = rule["spec"]["groups"]
+    (alert,) = group["rules"]
+    assert alert["alert"] == "GpurosterServiceBelowObjective"
+    assert alert["for"] == "1h" and alert["labels"]["severity"] == "warning"
+    expr = " ".join(alert["expr"].split())
+    assert expr.startswith("gpuroster_realtime_service_level <")
+    assert expr.endswith("gpuroster_realtime_service_level_objective")
+    assert "{{ $labels.service }}" in alert["annotations"]["summary"]
+
+
+def test_service_level_reaches_the_extender() -> None:
+    r = rendering.template({"config": {"serviceLevel": 0.999}})
+    env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
+    assert env["GPUROSTER_SERVICE_LEVEL"] == "0.999"
+
+
 def test_optional_objects_are_off_by_default(default: rendering.Rendered) -> None:
     assert not default.all("ServiceMonitor")
+    assert not default.all("PrometheusRule")
     assert default.maybe("ConfigMap", f"{FULL}-dashboard") is None
 
 
@@ -731,6 +757,9 @@ def test_notes_tell_how_to_submit_and_where_the_plan_is() -> None:
         ({"config": {"namespaces": "team-a"}}, "/config/namespaces"),
         ({"config": {"prometheusUrl": "prometheus:9090"}}, "/config/prometheusUrl"),
         ({"config": {"logLevel": "verbose"}}, "/config/logLevel"),
+        ({"config": {"serviceLevel": 1}}, "/config/serviceLevel"),
+        ({"config": {"serviceLevel": "99%"}}, "/config/serviceLevel"),
+        ({"metrics": {"prometheusRule": {"for": "half an hour"}}}, "/metrics/prometheusRule/for"),
         ({"replicaCount": 0}, "/replicaCount"),
         ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
         ({"scheduler": {"mode": "plugin"}}, "/scheduler/mode"),
