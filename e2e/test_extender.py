@@ -459,6 +459,53 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
     print(f"[e2e] replicas per step: {seen}")
 
 
+def gauge(text: str, name: str, service: str) -> float | None:
+    """A per-service gauge's value in a /metrics page, or None when it is not there."""
+    prefix = f'{name}{{service="{service}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):])
+    return None
+
+
+def test_demand_above_its_forecast_for_several_steps_gets_headroom_and_the_gauge_shows_it(
+        core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    svc = f"{namespace}/chat"
+    core.create_namespaced_config_map(namespace, {
+        "metadata": {"name": "chat-demand"}, "data": {"curve": "[2]"}})
+    apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
+        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
+        "gpuroster.io/service-level": "0.99"}))
+
+    def replicas() -> int:
+        return int(apps.read_namespaced_deployment(name="chat",
+                                                   namespace=namespace).spec.replicas or 0)
+
+    # While the curve comes true, no headroom: the service holds its curve.
+    wait_for(lambda: gauge(extender.get("/metrics"), "gpuroster_realtime_headroom_gpus", svc)
+             == 0 and replicas() == 2, timeout=10 * STEP, what="the service on its curve")
+    text = extender.get("/metrics")
+    assert gauge(text, "gpuroster_realtime_service_level_objective", svc) == 0.99
+    assert gauge(text, "gpuroster_realtime_service_level", svc) in (None, 1.0)
+    # Monitoring now reports 5 GPUs of demand from this step on, against a curve of 2.
+    since = int(extender.get("/plan")["step"])
+    core.patch_namespaced_config_map("chat-demand", namespace, {"data": {
+        "observed": json.dumps([2] * since + [5] * 1000)}})
+    room = wait_for(
+        lambda: (h if (h := gauge(extender.get("/metrics"), "gpuroster_realtime_headroom_gpus",
+                                  svc)) else None),
+        timeout=12 * STEP, what="headroom after demand ran above the forecast")
+    assert room >= 2, room
+    wait_for(lambda: replicas() >= 2 + room or None, timeout=6 * STEP,
+             what="replicas for the forecast and its headroom")
+    level = gauge(extender.get("/metrics"), "gpuroster_realtime_service_level", svc)
+    assert level is not None and level < 0.99, level
+    print(f"[e2e] headroom {room} GPUs after step {since}; service level {level:.3f}")
+
+
 def test_bad_annotations_get_an_event_and_leave_the_rest_alone(
         core: Any, namespace: str, extender: Extender) -> None:
     bad = objects.pod("bad", gpus=2, runtime="30s",
