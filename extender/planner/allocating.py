@@ -1,5 +1,13 @@
 """`gpuroster` (fast mode): the planner's allocator on the hot path.
 
+Over 600 lines (issue #23), on purpose: `plan` and the pass it runs once per queue
+order (`_place`, with `_trade`) share one frame of a dozen per-step lists and every
+option, and a pass is tuned against the loop that calls it (the last winner first, the
+bound that drops a losing order); split, each half would need the other to be read.
+What has a seam of its own lives elsewhere: block choice in `blocks`, services' growth
+in `scaling`, forecast headroom in `headroom`. The next seam, if this grows: the
+services' side of a plan (`service_curve`, `_service_locks`, `_service_rooms`).
+
 Every re-plan builds the whole horizon, and only its first step is committed.
 
 1. Real-time services are curves, not reservations: each service's GPU count
@@ -596,7 +604,7 @@ class Gpuroster:
                     front[shape] = k
                     # Fullness counts batch work only: a node shared with a service is
                     # not "snug", since the service moves and jobs do not.
-                    b = _best_fit(starts, size, full & ~occ[k], c)
+                    b = blocks.best_fit(starts, size, full & ~occ[k], c)
                     later = q.priority * size * (cum[end] - cum[k])
                     # Or now, over the services' curve, if that is worth more net of
                     # the shortfall: taken with `sooner`, else only noted in `met`.
@@ -700,7 +708,7 @@ def _trade(
     starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
     if not starts:
         return None
-    return _best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
+    return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
 
 
 def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
@@ -827,62 +835,6 @@ def _cumulative_weights(decay: float, W: int) -> tuple[float, ...]:
     for i in range(W):
         cum.append(cum[-1] + 1.0 / (1.0 + decay * i))
     return tuple(cum)
-
-
-@functools.cache
-def _aligned_offsets(per_node: int, size: int) -> int:
-    return sum(1 << off for off in range(0, per_node - size + 1, size))
-
-
-_POPCOUNT = bytes(i.bit_count() for i in range(256))
-_LOWEST_BIT = bytes((i & -i).bit_length() - 1 if i else 0 for i in range(256))
-
-
-def _best_fit(starts: int, size: int, free: int, c: model.Cluster) -> int:
-    """Among legal start positions, the block that leaves the most useful free pool:
-    the fullest node that fits (a perfect fit ends the search), a size-aligned
-    offset inside it when one is free, lower nodes on ties. Whole-node blocks
-    take the lowest run, which keeps the top for services."""
-    g = c.gpus_per_node
-    if size >= g:
-        return (starts & -starts).bit_length() - 1
-    aligned = _aligned_offsets(g, size)
-    if g == 8 and c.nodes <= 16:
-        # The same look, a byte a node: every node is a candidate at this size.
-        here_of = starts.to_bytes(c.nodes, "little")
-        free_of = free.to_bytes(c.nodes, "little").translate(_POPCOUNT)
-        best = -1
-        start = 0
-        for node in range(c.nodes):
-            here = here_of[node]
-            if not here:
-                continue
-            al = here & aligned
-            rank = 2 * free_of[node] + (0 if al else 1)  # (GPUs free, unaligned) as a number
-            if best < 0 or rank < best:
-                best, start = rank, 8 * node + _LOWEST_BIT[al if al else here]
-                if al and free_of[node] == size:
-                    break
-        return start
-    node_full = (1 << g) - 1
-    best_key: tuple[int, int] | None = None
-    best_start = 0
-    x = starts
-    for _ in range(16):  # a bounded look at candidate nodes keeps the cost flat at scale
-        if not x:
-            break
-        base = ((x & -x).bit_length() - 1) // g * g
-        here = (x >> base) & node_full
-        node_free = ((free >> base) & node_full).bit_count()
-        al = here & aligned
-        pick = al if al else here
-        key = (node_free, 0 if al else 1)
-        if best_key is None or key < best_key:
-            best_key, best_start = key, base + (pick & -pick).bit_length() - 1
-            if node_free == size and al:
-                break  # fills the node's gap exactly: nothing fits better
-        x &= ~(node_full << base)
-    return best_start
 
 
 @policies.register("gpuroster")

@@ -6,6 +6,9 @@ GPUs, which keeps block search off the profile.
 
 Legal blocks (MODEL.md): `size` a power of two; `size <= G` lies inside one
 node at any offset; `size > G` is `size / G` whole consecutive nodes.
+
+Which legal block a policy takes: `lowest` (fifo's rule) and `best_fit` (gpuroster's:
+the fullest node, a size-aligned offset).
 """
 
 from __future__ import annotations
@@ -101,3 +104,59 @@ def lowest(free: int, size: int, cluster: model.Cluster) -> model.Block | None:
 
 def block_mask(start: int, size: int) -> int:
     return ((1 << size) - 1) << start
+
+
+@cache
+def _aligned_offsets(per_node: int, size: int) -> int:
+    return sum(1 << off for off in range(0, per_node - size + 1, size))
+
+
+_POPCOUNT = bytes(i.bit_count() for i in range(256))
+_LOWEST_BIT = bytes((i & -i).bit_length() - 1 if i else 0 for i in range(256))
+
+
+def best_fit(starts: int, size: int, free: int, c: model.Cluster) -> int:
+    """Among legal start positions, the block that leaves the most useful free pool:
+    the fullest node that fits (a perfect fit ends the search), a size-aligned
+    offset inside it when one is free, lower nodes on ties. Whole-node blocks
+    take the lowest run, which keeps the top for services."""
+    g = c.gpus_per_node
+    if size >= g:
+        return (starts & -starts).bit_length() - 1
+    aligned = _aligned_offsets(g, size)
+    if g == 8 and c.nodes <= 16:
+        # The same look, a byte a node: every node is a candidate at this size.
+        here_of = starts.to_bytes(c.nodes, "little")
+        free_of = free.to_bytes(c.nodes, "little").translate(_POPCOUNT)
+        best = -1
+        start = 0
+        for node in range(c.nodes):
+            here = here_of[node]
+            if not here:
+                continue
+            al = here & aligned
+            rank = 2 * free_of[node] + (0 if al else 1)  # (GPUs free, unaligned) as a number
+            if best < 0 or rank < best:
+                best, start = rank, 8 * node + _LOWEST_BIT[al if al else here]
+                if al and free_of[node] == size:
+                    break
+        return start
+    node_full = (1 << g) - 1
+    best_key: tuple[int, int] | None = None
+    best_start = 0
+    x = starts
+    for _ in range(16):  # a bounded look at candidate nodes keeps the cost flat at scale
+        if not x:
+            break
+        base = ((x & -x).bit_length() - 1) // g * g
+        here = (x >> base) & node_full
+        node_free = ((free >> base) & node_full).bit_count()
+        al = here & aligned
+        pick = al if al else here
+        key = (node_free, 0 if al else 1)
+        if best_key is None or key < best_key:
+            best_key, best_start = key, base + (pick & -pick).bit_length() - 1
+            if node_free == size and al:
+                break  # fills the node's gap exactly: nothing fits better
+        x &= ~(node_full << base)
+    return best_start

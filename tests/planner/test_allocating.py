@@ -38,7 +38,7 @@ def test_best_fit_takes_the_fullest_node_and_an_aligned_offset(nodes: int, size:
     starts = blocks.start_positions(free & rnd.getrandbits(c.gpus), size, c)
     if not starts:
         return
-    assert allocating._best_fit(starts, size, free, c) == _fullest_node_first(starts, size,
+    assert blocks.best_fit(starts, size, free, c) == _fullest_node_first(starts, size,
                                                                               free, c)
 
 
