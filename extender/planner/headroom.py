@@ -1,6 +1,6 @@
 """Headroom for a real-time service from its observed forecast error, at its service level.
 
-Purely computational (standard library + numpy). The planner knows, for every
+Purely computational (standard library only). The planner knows, for every
 past step, the demand that came and the forecast it was told for that step.
 Their recent disagreement, turned into GPUs at the service's objective, is the
 headroom the plan holds above the forecast, like service GPUs: batch work is
@@ -30,8 +30,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 DEFAULT_WINDOW = 24  # steps of error remembered: a day at hourly steps (callers pass a day)
 
 
@@ -51,32 +49,49 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
     n = min(len(past_demand), len(past_forecast), window)
     if n <= 0:
         return [0] * len(forecast)
-    d = np.asarray(past_demand[len(past_demand) - n:], dtype=np.float64)
-    f = np.asarray(past_forecast[len(past_forecast) - n:], dtype=np.float64)
-    floor = max(1.0, float(f.mean()))
-    scale = np.maximum(f, floor)
-    share = smallest(d, f, scale, (d - f) / scale, objective)
+    # Plain Python: a day of steps is a few dozen numbers, and this runs per service on
+    # every re-plan (numpy's per-call cost was 200 us of a 1 ms budget).
+    d = [float(x) for x in past_demand[len(past_demand) - n:]]
+    f = [float(x) for x in past_forecast[len(past_forecast) - n:]]
+    if all(a <= b for a, b in zip(d, f, strict=True)):
+        return [0] * len(forecast)  # the forecast covered every step
+    floor = max(1.0, sum(f) / n)
+    scale = [x if x > floor else floor for x in f]
+    share = smallest(d, f, scale, [(a - b) / c for a, b, c in zip(d, f, scale, strict=True)],
+                     objective)
     if share <= 0.0:
         return [0] * len(forecast)
-    gpus = smallest(d, f, np.ones(n), d - f, objective)
-    return [math.ceil(min(share * max(float(x), floor), gpus) - 1e-9) for x in forecast]
+    gpus = smallest(d, f, [1.0] * n, [a - b for a, b in zip(d, f, strict=True)], objective)
+    return [math.ceil(min(share * (x if x > floor else floor), gpus) - 1e-9) for x in forecast]
 
 
-def smallest(demand: np.ndarray, forecast: np.ndarray, unit: np.ndarray, candidates: np.ndarray,
-             objective: float) -> float:
+def smallest(demand: Sequence[float], forecast: Sequence[float], unit: Sequence[float],
+             candidates: Sequence[float], objective: float) -> float:
     """The smallest of the positive `candidates` c for which the forecast raised by
     c x `unit` would have delivered `objective` of the demand (sum of min(demand,
     forecast + c x unit) over sum of demand); 0 when the bare forecast did; the
     largest candidate when none does."""
-    total = float(demand.sum())
-    if total <= 0.0 or float(np.minimum(demand, forecast).sum()) >= objective * total:
+    total = sum(demand)
+    need = objective * total - 1e-9
+    if total <= 0.0 or _delivered(demand, forecast, unit, 0.0) >= need:
         return 0.0
-    cand = np.unique(candidates[candidates > 0])
-    if len(cand) == 0:
+    cand = sorted({c for c in candidates if c > 0})
+    if not cand:
         return 0.0
-    got = np.minimum(demand[None, :], forecast[None, :] + cand[:, None] * unit[None, :]).sum(axis=1)
-    ok = np.nonzero(got >= objective * total - 1e-9)[0]
-    return float(cand[ok[0]] if len(ok) else cand[-1])
+    lo, hi = 0, len(cand) - 1  # what is delivered grows with c: the first that meets it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _delivered(demand, forecast, unit, cand[mid]) >= need:
+            hi = mid
+        else:
+            lo = mid + 1
+    return cand[lo]
+
+
+def _delivered(demand: Sequence[float], forecast: Sequence[float], unit: Sequence[float],
+               c: float) -> float:
+    return sum(d if d < f + c * u else f + c * u
+               for d, f, u in zip(demand, forecast, unit, strict=True))
 
 
 def delivered(demand: Sequence[int], allocated: Sequence[int]) -> float | None:
