@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,8 @@ def test_unknown_policy_and_command() -> None:
 
 def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
     case = benchmarking.DeepCase(gpus=16, jobs=80, days=1, seeds=(1, 2))
-    times, deepest = benchmarking.deep_queue_times(case)
-    assert len(times) == 2 * 24 and all(t > 0 for t in times)  # one per step, per seed
+    times, cpu, deepest = benchmarking.deep_queue_times(case)
+    assert len(times) == len(cpu) == 2 * 24 and all(t > 0 for t in times)  # a step, a seed
     arrived = max(sum(1 for j in s.jobs if j.arrival_step <= 23) for s in case.scenarios())
     assert 10 < deepest <= arrived  # the queue grows: 80 jobs in a day on 16 GPUs
     table = benchmarking.latency_table(repeats=2, cases=((8, 15),), deep=case)
@@ -131,3 +132,4 @@ def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
     assert row.split()[8] == "48" and row.endswith(("<= 10 ms: met", "<= 10 ms: MISSED"))
     eight = next(line for line in table.splitlines() if line.split()[:3] == ["8", "15", "cold"])
     assert "<= 1 ms:" in eight
+    assert re.search(r"CPU time p50 [\d.]+ / p99 [\d.]+ ms", table)
