@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             snap = controller.take_snapshot()
             snaps.append(time.perf_counter() - t0)
-            inp, _ = controller.plan_input(snap, 1, controller.clock.now())
+            inp, _ = controller.plan_input(snap, 1)
             t0 = time.perf_counter()
             controller.policy.plan(inp)
             plans.append(time.perf_counter() - t0)

@@ -106,6 +106,21 @@ class Settings:
         """Whole steps covering `seconds` of planning time (at least one)."""
         return max(1, math.ceil(seconds / self.model_step_seconds() - 1e-9))
 
+    def step_of(self, t: float) -> int:
+        """The step that unix time `t` falls in (steps count from `epoch`)."""
+        return math.floor((t - self.epoch) / self.step_seconds + 1e-9)
+
+    def step_start(self, step: int) -> float:
+        """The unix time `step` begins at."""
+        return self.epoch + step * self.step_seconds
+
+    def priority_label(self, priority: float) -> str:
+        """The class name of a priority weight (for metrics labels), else the number."""
+        for k, v in self.priority_classes.items():
+            if float(v) == priority:
+                return k
+        return f"{priority:g}"
+
 
 def quiet_tail_seconds(step_seconds: float) -> float:
     """The last moments of a step in which the controller does not re-plan: a plan

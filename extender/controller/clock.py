@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Protocol
+
+
+def wall_time(t: float, step_seconds: float) -> str:
+    """`t` as a user reads it in a reason: HH:MM, with seconds when steps are shorter."""
+    fmt = "%H:%M" if step_seconds >= 60 else "%H:%M:%S"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
 
 
 class Clock(Protocol):

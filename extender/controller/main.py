@@ -60,7 +60,7 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
             elector.release()  # after the controller: it must not commit once released
 
     app = app_mod.create_app(
-        controller, view=lambda: controller.view,
+        controller.verbs, view=lambda: controller.view,
         ready=lambda: cache.synced() and controller.rounds > 0,
         healthy=lambda: controller.alive() or controller.rounds == 0,
         on_start=start, on_stop=stop, max_body_bytes=settings.max_body_bytes)

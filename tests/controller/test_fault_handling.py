@@ -7,7 +7,7 @@ import pytest
 
 from extender.adapter import annotations as ann
 from extender.adapter import kube
-from extender.controller import stepping
+from extender.controller import verbs
 from tests.controller.test_stepping import Rig, gang
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
 
@@ -50,9 +50,9 @@ def test_a_follower_passes_an_admitted_pod_on_its_annotated_node() -> None:
     pod = make_pod("p").gpus(8).annotate(**{ann.BLOCK: "gpu-node-1:0-7",
                                             ann.NODE: "gpu-node-1"}).build()
     # the table has not caught up (no round yet): the pod's own annotations decide
-    assert rig.ctl.filter(pod, ["gpu-node-0", "gpu-node-1"]) == (["gpu-node-1"], {})
-    assert rig.ctl.prioritize(pod, ["gpu-node-0", "gpu-node-1"]) == [("gpu-node-1", 10)]
-    assert stepping.admitted_node(make_pod("q").annotate(**{ann.NODE: "x"}).build()) is None
+    assert rig.verbs.filter(pod, ["gpu-node-0", "gpu-node-1"]) == (["gpu-node-1"], {})
+    assert rig.verbs.prioritize(pod, ["gpu-node-0", "gpu-node-1"]) == [("gpu-node-1", 10)]
+    assert verbs.admitted_node(make_pod("q").annotate(**{ann.NODE: "x"}).build()) is None
 
 
 class FlakyEvents(FakeKube):
@@ -103,7 +103,7 @@ def test_a_gang_whose_node_goes_before_any_pod_binds_is_admitted_again_elsewhere
     again = {rig.notes(k)[ann.NODE] for k in keys}
     assert len(again) == 1 and first not in again
     assert rig.notes(keys[0])[ann.BLOCK].startswith(again.pop() + ":")
-    assert rig.ctl.filter(rig.fake.pod(keys[0]), [first, "gpu-node-0", "gpu-node-1"])[0] == [
+    assert rig.verbs.filter(rig.fake.pod(keys[0]), [first, "gpu-node-0", "gpu-node-1"])[0] == [
         rig.notes(keys[0])[ann.NODE]]
 
 

@@ -29,6 +29,7 @@ class Rig:
         self.settings = config.Settings(policy=policy, step_seconds=step, epoch=START)
         self.cache = watching.Cache(self.fake)
         self.ctl = stepping.Controller(self.settings, self.fake, self.cache, clock=self.clock)
+        self.verbs = self.ctl.verbs  # what kube-scheduler calls, through the api
         self.sync()
 
     def sync(self) -> None:
@@ -78,11 +79,11 @@ def test_gang_of_four_is_admitted_whole_on_one_node() -> None:
     (n,) = nodes
     for k in keys:
         pod = rig.fake.pod(k)
-        passed, failed = rig.ctl.filter(pod, ["gpu-node-0", "gpu-node-1"])
+        passed, failed = rig.verbs.filter(pod, ["gpu-node-0", "gpu-node-1"])
         assert passed == [n] and failed == {}  # the others drop out silently
         other = "gpu-node-1" if n == "gpu-node-0" else "gpu-node-0"
-        assert rig.ctl.filter(pod, [other]) == ([], {other: f"the plan assigns this pod to {n}"})
-        scores = dict(rig.ctl.prioritize(pod, ["gpu-node-0", "gpu-node-1"]))
+        assert rig.verbs.filter(pod, [other]) == ([], {other: f"the plan assigns this pod to {n}"})
+        scores = dict(rig.verbs.prioritize(pod, ["gpu-node-0", "gpu-node-1"]))
         assert scores[n] == 10
 
 
@@ -92,7 +93,7 @@ def test_incomplete_gang_waits_and_says_why() -> None:
     rig.fake.delete("pods", "ns/g-2")  # ... only two exist
     r = rig.step()
     assert r.admitted == []
-    passed, failed = rig.ctl.filter(rig.fake.pod("ns/g-0"), ["gpu-node-0"])
+    passed, failed = rig.verbs.filter(rig.fake.pod("ns/g-0"), ["gpu-node-0"])
     assert passed == []
     assert "2 of 3 pods" in failed["gpu-node-0"]
     assert any("2 of 3" in e["message"] for e in rig.fake.events)
@@ -111,7 +112,7 @@ def test_bad_annotations_get_an_event_and_disturb_nothing(notes: dict[str, str],
     good = gang(rig.fake, "ok", 1, 2)
     r = rig.step()
     assert r.admitted == ["ns/ok"]
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/bad"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/bad"), ["gpu-node-0"])
     assert expect in failed["gpu-node-0"]
     warn = [e for e in rig.fake.events if e["involvedObject"]["name"] == "bad"]
     assert warn and warn[0]["type"] == "Warning" and expect in warn[0]["message"]
@@ -123,7 +124,7 @@ def test_non_power_of_two_gang_is_rejected() -> None:
     rig = Rig()
     gang(rig.fake, "odd", 3, 2)
     rig.step()
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/odd-0"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/odd-0"), ["gpu-node-0"])
     assert "power of two" in failed["gpu-node-0"]
 
 
@@ -142,7 +143,7 @@ def test_gang_waits_for_room_then_starts() -> None:
     assert rig.step().admitted == ["ns/a"]
     gang(rig.fake, "b", 1, 8)
     assert rig.step().admitted == []
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/b-0"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/b-0"), ["gpu-node-0"])
     assert "planned start" in failed["gpu-node-0"]
     # a runs and finishes; b starts in a later step, not before.
     pod = rig.fake.pod(first[0])
@@ -174,7 +175,7 @@ def test_failed_write_undoes_the_whole_gang() -> None:
     assert r.admitted == []
     for k in keys:
         assert ann.BLOCK not in rig.notes(k)
-    passed, failed = rig.ctl.filter(rig.fake.pod(keys[0]), ["gpu-node-0"])
+    passed, failed = rig.verbs.filter(rig.fake.pod(keys[0]), ["gpu-node-0"])
     assert passed == [] and "retrying" in failed["gpu-node-0"]
     rig.fake.fail_patch.clear()
     assert rig.advance().admitted == ["ns/g"]
@@ -199,7 +200,7 @@ def test_a_jobs_replacement_for_a_failed_member_runs_in_its_place() -> None:
     rig.fake.fail_patch.add("ns/g-0-retry")  # the first write fails: it waits and says why
     rig.advance()
     assert ann.BLOCK not in rig.notes("ns/g-0-retry")
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), [n])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/g-0-retry"), [n])
     assert "replaces an ended pod of gang ns/g" in failed[n] and "retrying" in failed[n]
     rig.fake.fail_patch.clear()
     r = rig.advance()
@@ -210,7 +211,7 @@ def test_a_jobs_replacement_for_a_failed_member_runs_in_its_place() -> None:
     assert notes[ann.NODE] == n
     assert rig.fake.pod("ns/g-0-retry")["spec"].get("schedulingGates") is None
     nodes = ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
-    assert rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), nodes)[0] == [n]
+    assert rig.verbs.filter(rig.fake.pod("ns/g-0-retry"), nodes)[0] == [n]
     assert any(e["involvedObject"]["name"] == "g-0-retry" and "replaces" in e["message"]
                for e in rig.fake.events)
 
@@ -226,7 +227,7 @@ def test_a_gang_whose_pods_all_ended_is_admitted_again_whole_when_replaced(phase
         end(rig, k, phase)
     rig.fake.add("pods", make_pod("g-0-retry").gpus(4).gang("g", 2).duration("600s").build())
     assert rig.advance().admitted == []  # one of two: the new gang waits for the other
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/g-0-retry"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/g-0-retry"), ["gpu-node-0"])
     assert "1 of 2 pods" in failed["gpu-node-0"]
     rig.fake.add("pods", make_pod("g-1-retry").gpus(4).gang("g", 2).duration("600s").build())
     assert rig.advance().admitted == ["ns/g"]
@@ -250,7 +251,7 @@ def test_a_gang_goes_to_the_nodes_its_node_selector_names() -> None:
     odd["spec"]["nodeSelector"] = {"gpu": "b200"}
     rig.fake.add("pods", odd)
     assert rig.advance().admitted == []
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/x-0"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/x-0"), ["gpu-node-0"])
     assert "no GPU node fits" in failed["gpu-node-0"]
 
 
@@ -262,7 +263,7 @@ def test_a_service_whose_template_no_node_fits_is_reported_on_its_pods() -> None
     rig.fake.add("configmaps", configmap("c", curve="[1]"))
     rig.fake.add("pods", make_pod("chat-abc12-1").gpus(1).owned_by_deployment("chat").build())
     rig.step()
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/chat-abc12-1"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/chat-abc12-1"), ["gpu-node-0"])
     assert "no GPU node fits its pod template" in failed["gpu-node-0"]
     told = [e for e in rig.fake.events if e["involvedObject"]["name"] == "chat-abc12-1"]
     assert told and told[-1]["reason"] == "InvalidAnnotations"
@@ -281,7 +282,7 @@ def test_restart_rebuilds_from_annotations_and_never_readmits() -> None:
     assert "ns/g" not in r.admitted
     assert {k: again.notes(k) for k in keys} == before
     node = before[keys[0]][ann.NODE]
-    assert again.ctl.filter(rig.fake.pod(keys[1]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
+    assert again.verbs.filter(rig.fake.pod(keys[1]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
     assert r.admitted == ["ns/h"] and again.notes("ns/h-0")[ann.NODE] != node
     new_patches = [c for c in rig.fake.calls[patches:] if c[0] == "patch" and c[1] in keys]
     assert new_patches == []
@@ -293,20 +294,20 @@ def test_bind_assumes_and_undoes_on_failure() -> None:
     rig.step()
     n = rig.notes(keys[0])[ann.NODE]
     other = "gpu-node-1" if n == "gpu-node-0" else "gpu-node-0"
-    assert "assigned to" in (rig.ctl.bind("ns", "g-0", None, other) or "")
+    assert "assigned to" in (rig.verbs.bind("ns", "g-0", None, other) or "")
     rig.fake.fail_bind.add(keys[0])
-    assert "failed" in (rig.ctl.bind("ns", "g-0", None, n) or "")
+    assert "failed" in (rig.verbs.bind("ns", "g-0", None, n) or "")
     assert rig.cache.assumed() == {}
     rig.fake.fail_bind.clear()
-    assert rig.ctl.bind("ns", "g-0", None, n) is None
+    assert rig.verbs.bind("ns", "g-0", None, n) is None
     assert rig.fake.pod(keys[0])["spec"]["nodeName"] == n
-    assert rig.ctl.bind("ns", "stranger", None, n) is not None
+    assert rig.verbs.bind("ns", "stranger", None, n) is not None
 
 
 def test_unknown_pod_waits_for_the_next_step() -> None:
     rig = Rig()
     rig.step()
-    _, failed = rig.ctl.filter(make_pod("new").gpus(1).build(), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(make_pod("new").gpus(1).build(), ["gpu-node-0"])
     assert "not planned yet" in failed["gpu-node-0"]
 
 
@@ -343,7 +344,7 @@ def test_service_pods_go_where_the_plan_holds_gpus() -> None:
     rig.step()
     planned = rig.ctl.table.service_planned["ns/svc"]
     assert sum(planned.values()) == 3
-    passed, _ = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0", "gpu-node-1"])
+    passed, _ = rig.verbs.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0", "gpu-node-1"])
     assert passed and all(planned.get(n, 0) > 0 for n in passed)
 
 
@@ -365,7 +366,7 @@ def test_a_replica_of_two_gpus_gets_both_on_one_node() -> None:
     assert rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"] == 2
     rig.fake.add("pods", make_pod("svc-abc12-0").gpus(2).owned_by_deployment("svc").build())
     rig.sync()
-    passed, _ = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-0"), ["gpu-node-0", "gpu-node-1"])
+    passed, _ = rig.verbs.filter(rig.fake.pod("ns/svc-abc12-0"), ["gpu-node-0", "gpu-node-1"])
     assert passed == ["gpu-node-0"]
 
 
@@ -464,8 +465,8 @@ def test_follower_answers_from_annotations_but_never_writes() -> None:
     events = len(rig.fake.events)
     r = follower.step()
     assert r.admitted == [] and rig.fake.calls[calls:] == [] and len(rig.fake.events) == events
-    assert follower.ctl.filter(rig.fake.pod(keys[0]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
-    _, failed = follower.ctl.filter(rig.fake.pod("ns/later-0"), ["gpu-node-0"])
+    assert follower.verbs.filter(rig.fake.pod(keys[0]), ["gpu-node-0", "gpu-node-1"])[0] == [node]
+    _, failed = follower.verbs.filter(rig.fake.pod("ns/later-0"), ["gpu-node-0"])
     assert "waiting" in failed["gpu-node-0"]
 
 
@@ -605,7 +606,7 @@ def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
     rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
     r = rig.step()
     assert r.admitted == []
-    _, failed = rig.ctl.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0"])
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0"])
     assert "Deployment ns/svc" in failed["gpu-node-0"] and "max-swap" in failed["gpu-node-0"]
     assert any("max-swap" in e["message"] and e["type"] == "Warning" for e in rig.fake.events)
 
@@ -722,7 +723,7 @@ def test_observed_demand_not_yet_reported_is_filled_from_the_curve() -> None:
         "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
     rig.clock.advance(3 * rig.settings.step_seconds)
     rig.sync()
-    inp, problems = rig.ctl.plan_input(rig.ctl.take_snapshot(), 3, rig.clock.now())
+    inp, problems = rig.ctl.plan_input(rig.ctl.take_snapshot(), 3)
     assert problems == {}
     (sv,) = inp.services
     assert sv.past_demand == (5, 4, 2)
@@ -764,7 +765,7 @@ def test_a_gang_that_takes_a_service_s_gpus_moves_its_pods_by_eviction() -> None
                      .owned_by_deployment("svc").build())
     rig.sync()
     for i in range(2):
-        passed, _ = rig.ctl.filter(rig.fake.pod(f"ns/svc-abc12-new{i}"),
+        passed, _ = rig.verbs.filter(rig.fake.pod(f"ns/svc-abc12-new{i}"),
                                    ["gpu-node-0", "gpu-node-1"])
         assert passed == ["gpu-node-0"]
         rig.fake.bind("ns", f"svc-abc12-new{i}", None, "gpu-node-0")
@@ -785,13 +786,13 @@ def test_a_move_stays_within_max_swap_and_a_refused_eviction_changes_nothing_els
     rig.advance()
     evictions = [c[1] for c in rig.fake.calls if c[0] == "evict"]
     assert evictions == ["ns/svc-abc12-5"]  # refused, and nothing after it
-    assert rig.ctl._moves_in("ns/svc", rig.ctl.table.step) == (0, 0)
+    assert rig.ctl.writer.moves_in("ns/svc", rig.ctl.table.step) == (0, 0)
     rig.fake.fail_evict.clear()
     rig.clock.advance(1)
     rig.step()
     evictions = [c[1] for c in rig.fake.calls if c[0] == "evict"]
     assert evictions == ["ns/svc-abc12-5", "ns/svc-abc12-5"]  # one move: the cap of 2
-    assert rig.ctl._moves_in("ns/svc", rig.ctl.table.step) == (1, 1)
+    assert rig.ctl.writer.moves_in("ns/svc", rig.ctl.table.step) == (1, 1)
 
 
 def test_a_move_due_late_in_a_step_waits_for_the_next_boundary() -> None:
@@ -825,7 +826,7 @@ def test_a_later_round_in_the_step_starts_no_more_than_the_steps_plan() -> None:
     first = rig.step()
     assert first.admitted == ["ns/j3"]
     # The premise: planning around the admitted gangs pinned would start j2 now.
-    inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 2, rig.clock.now())
+    inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 2)
     assert set(rig.ctl.policy.plan(inp).starts) == {"ns/j2"}
     rig.clock.advance(1)
     assert rig.step().admitted == []
@@ -844,8 +845,8 @@ def test_verdict_is_the_filter_answer_whenever_it_gives_one() -> None:
     seen = {}
     for key in ("ns/ok-0", "ns/big-0", "ns/bad", "ns/partial"):
         pod = rig.fake.pod(key)
-        why = rig.ctl.verdict(pod)
-        passed, failed = rig.ctl.filter(pod, nodes)
+        why = rig.verbs.verdict(pod)
+        passed, failed = rig.verbs.filter(pod, nodes)
         if why is not None:
             assert (passed, failed) == ([], dict.fromkeys(nodes, why)), key
         seen[key] = why

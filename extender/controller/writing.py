@@ -1,0 +1,316 @@
+"""The writers: what the leader does to the cluster so that it runs the current step.
+
+Owns, for the decisions of a round's plan:
+- **admit** a gang whose planned start is now: record the admission, write it on
+  every pod (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate
+  lifted), undo all if one write fails (assume, write, undo);
+- **refill** the replacement of an ended member of a running gang in its place;
+- **scale** each service's Deployment to the plan's replica count (scale
+  subresource), steering which pods go first (`pod-deletion-cost`), held to the
+  swap budget left in the step;
+- **move** a service's replicas where the plan moved its GPUs at the same count
+  (Eviction API), at most half the swap budget left, in a step's first half;
+- **wake** the pending pods of a service when the plan holds room for them;
+- and the memory these need between rounds: the replicas added and removed per
+  service in the step, the pods woken, when each gang was first promised a start.
+
+May not touch: the plan (it carries out what the round hands it, never
+re-plans), the verbs' table, or what users are told beyond the Event of an
+admitted replacement (through `explaining.Explainer`). Every write is the
+leader's: the round calls none of this on a follower.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from extender import config, metrics
+from extender.adapter import annotations as ann
+from extender.adapter import kube, objects, snapshot, watching
+from extender.controller import clock as clock_mod
+from extender.controller import explaining
+from extender.planner import model
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class Writer:
+    """Carries a plan's current step out on the cluster (the leader only)."""
+
+    def __init__(self, settings: config.Settings, client: kube.Kube, cache: watching.Cache,
+                 clock: clock_mod.Clock, explainer: explaining.Explainer) -> None:
+        self.settings = settings
+        self.client = client
+        self.cache = cache
+        self.clock = clock
+        self.explainer = explainer
+        self._first_planned: dict[str, float] = {}  # gang -> the start it was first promised
+        self._woken: dict[str, int] = {}  # pod key -> step it was woken in
+        # service -> (step, replicas added this step, replicas removed this step)
+        self._moved: dict[str, tuple[int, int, int]] = {}
+
+    # --- gangs --------------------------------------------------------------------
+
+    def admit(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
+              now: float) -> tuple[dict[str, snapshot.Admission], dict[str, str]]:
+        """Admit the gangs the plan starts now: (gang -> admission, gang -> why it failed)."""
+        admitted: dict[str, snapshot.Admission] = {}
+        failed: dict[str, str] = {}
+        for name, block in sorted(plan.starts.items()):
+            gang = snap.gangs.get(name)
+            if gang is None or gang.admission is not None or gang.work is None:
+                continue
+            try:
+                per_pod = snapshot.layout(
+                    [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods],
+                    block, snap.cluster, snap.nodes)
+            except ann.AnnotationError as e:
+                failed[name] = str(e)
+                continue
+            adm = snapshot.Admission(block=block, admitted_at=now, nodes=per_pod)
+            label = block.label(snap.cluster, snap.nodes)
+            done: list[Obj] = []
+            error = None
+            for pod in gang.pods:
+                k = ann.key(pod)
+                try:
+                    self._write_admission(pod, label, now, per_pod[k])
+                    done.append(pod)
+                except kube.ApiError as e:
+                    error = f"admission write failed on {k}: {e}"
+                    break
+            if error is not None:
+                for pod in done:  # undo: no partial gang
+                    try:
+                        self._patch(pod, objects.admission_undo())
+                    except kube.ApiError:
+                        log.exception("undo of admission on %s failed", ann.key(pod))
+                failed[name] = error
+                metrics.GANG_ADMISSIONS.labels(outcome="failed").inc()
+                log.warning("gang %s not admitted: %s", name, error)
+                continue
+            admitted[name] = adm
+            metrics.GANG_ADMISSIONS.labels(outcome="admitted").inc()
+            w = gang.work
+            metrics.QUEUE_WAIT.labels(priority=self.settings.priority_label(w.priority)).observe(
+                max(0.0, now - gang.arrival))
+            first = self._first_planned.pop(name, None)
+            if first is not None:
+                metrics.PLANNED_START_DELAY.observe(now - first)
+            log.info("admitted gang %s on %s at step %d", name, label, step)
+        return admitted, failed
+
+    def promised(self, snap: snapshot.Snapshot, plan: model.Plan,
+                 admitted: Mapping[str, snapshot.Admission]) -> None:
+        """Remember the first start the plan promised each waiting gang (for the delay
+        between that promise and the admission, a metric)."""
+        for name in plan.planned_start:
+            if name not in admitted and name in snap.gangs:
+                self._first_planned.setdefault(
+                    name, self.settings.step_start(plan.planned_start[name]))
+
+    def refill(self, snap: snapshot.Snapshot, now: float) -> dict[str, str]:
+        """Admit the pods that replace ended members of running gangs, in their places.
+
+        Returns pod key -> why its admission write failed (tried again next round).
+        """
+        failed: dict[str, str] = {}
+        for name, gang in sorted(snap.gangs.items()):
+            adm = gang.admission
+            if adm is None or not gang.refill:
+                continue
+            label = adm.block.label(snap.cluster, snap.nodes)
+            for pod in gang.pods:
+                k = ann.key(pod)
+                node = gang.refill.get(k)
+                if node is None or k in adm.nodes:
+                    continue
+                try:
+                    self._write_admission(pod, label, adm.admitted_at, node)
+                except kube.ApiError as e:
+                    failed[k] = f"admission write failed on {k}: {e}"
+                    log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
+                    continue
+                adm.nodes[k] = node
+                metrics.GANG_ADMISSIONS.labels(outcome="replaced").inc()
+                self.explainer.tell(pod, "Admitted", f"replaces an ended pod of gang {name}: "
+                                    f"block {label}, node {node}", now, True, False)
+                log.info("pod %s replaces an ended pod of gang %s on %s", k, name, node)
+        return failed
+
+    def _write_admission(self, pod: Obj, label: str, at: float, node: str) -> None:
+        """Write a pod's admission record (and lift its scheduling gate); ApiError on failure."""
+        gates = (pod.get("spec") or {}).get("schedulingGates")
+        self._patch(pod, objects.admission_patch(label, at, node, gates))
+
+    def _patch(self, pod: Obj, patch: Obj) -> None:
+        """Patch a pod and put the answer in the cache, so the next round sees the write."""
+        m = pod.get("metadata") or {}
+        new = self.client.patch_pod(str(m.get("namespace")), str(m.get("name")), patch)
+        if isinstance(new, dict) and new.get("metadata"):
+            self.cache.put("pods", new)
+
+    # --- services -----------------------------------------------------------------
+
+    def scale(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
+              planned: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+        """Give each service the plan's replica count: service -> replicas it was scaled to.
+
+        `planned`: service -> node -> GPUs, the round's published table."""
+        scaled: dict[str, int] = {}
+        for name, gpus in sorted(plan.service_gpus.items()):
+            sv = snap.services.get(name)
+            if sv is None:
+                continue
+            per = sv.spec.gpus_per_replica
+            want = self._within_swap_budget(sv, len(gpus) // per, step)
+            ns, dep = name.split("/", 1)
+            if want < sv.replicas:
+                self._steer_scale_down(snap, sv, planned.get(name, {}))
+            elif want == sv.replicas:
+                self._move(snap, sv, planned.get(name, {}), step)
+            if want != sv.replicas:
+                try:
+                    self.client.scale(ns, dep, want)
+                    scaled[name] = want
+                    up, down = self.moves_in(name, step)
+                    self._moved[name] = (step, up + max(0, want - sv.replicas),
+                                         down + max(0, sv.replicas - want))
+                    log.info("service %s: %d -> %d replicas at step %d", name, sv.replicas,
+                             want, step)
+                except kube.ApiError as e:
+                    log.warning("scaling %s to %d failed: %s", name, want, e)
+            # Pending pods of the service may now fit: wake them once per step.
+            free = sum(max(0, n - sv.gpus_by_node.get(node, 0))
+                       for node, n in planned.get(name, {}).items())
+            if free > 0:
+                for p in sv.pending:
+                    self._wake(p, step)
+        return scaled
+
+    def moves_in(self, service: str, step: int) -> tuple[int, int]:
+        """(replicas added, replicas removed) for `service` so far in `step`."""
+        st, up, down = self._moved.get(service, (step, 0, 0))
+        return (up, down) if st == step else (0, 0)
+
+    def _within_swap_budget(self, sv: snapshot.ServiceInfo, want: int, step: int) -> int:
+        """A re-plan mid-step may undo part of the step's first scaling (a gang ended
+        just after the boundary and freed GPUs). The plan's swap count is taken from
+        the step's starting set, but pods removed earlier in the step are gone: growing
+        back costs new pods. So a scale-up after a scale-down in the same step is held
+        to what is left of max_swap; a scale-down is never held back (a gang may have
+        been promised those GPUs)."""
+        up, down = self.moves_in(sv.spec.name, step)
+        if down == 0 or want <= sv.replicas:
+            return want
+        left = max(0, sv.spec.max_swap // sv.spec.gpus_per_replica - up - down)
+        held = min(want, sv.replicas + left)
+        if held < want:
+            log.info("service %s: held at %d replicas (plan %d): %d removed earlier in "
+                     "step %d, max_swap %d", sv.spec.name, held, want, down, step,
+                     sv.spec.max_swap)
+        return held
+
+    def _move(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+              planned: Mapping[str, int], step: int) -> None:
+        """The plan moved some of the service's GPUs to another node at the same count
+        (a gang took the ones it had, or will soon). A replica count cannot say that:
+        evict the pods on nodes holding more than the plan gives them there. The
+        Deployment replaces each, and the filter puts the new pod where the plan has
+        room. A move is one pod out and one in, so at most half of what is left of
+        max_swap this step; a disruption budget may refuse (then the next round tries).
+        Only in a step's first half: the new pod binds a little after the old one goes,
+        and late in a step it would land in the next one, on top of that step's own
+        swaps. A later move waits for the next boundary plan."""
+        if self.clock.now() - self.settings.step_start(step) > self.settings.step_seconds / 2:
+            return
+        name, per = sv.spec.name, sv.spec.gpus_per_replica
+        up, down = self.moves_in(name, step)
+        budget = max(0, sv.spec.max_swap // per - up - down) // 2
+        # Room where the plan holds GPUs the service's pods do not use yet, less what
+        # its pending pods (replacements on their way) will take.
+        room = sum(max(0, n - sv.gpus_by_node.get(node, 0))
+                   for node, n in planned.items()) // per - len(sv.pending)
+        if budget <= 0 or room <= 0:
+            return
+        on_node: dict[str, list[Obj]] = {}
+        leaving: dict[str, int] = {}
+        for k, svc in snap.pod_service.items():
+            pod = snap.pods.get(k)
+            if svc != name or pod is None or not snapshot.pod_live(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node:
+                continue
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                leaving[node] = leaving.get(node, 0) + per
+            else:
+                on_node.setdefault(node, []).append(pod)
+        victims: list[Obj] = []
+        for node, pods in sorted(on_node.items()):
+            surplus = sv.gpus_by_node.get(node, 0) - leaving.get(node, 0) - planned.get(node, 0)
+            # The newest pods go first: the least warmed up.
+            pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
+                      reverse=True)
+            victims += pods[:max(0, -(-surplus // per))]
+        moved = 0
+        for pod in victims[:min(budget, room)]:
+            m = pod.get("metadata") or {}
+            try:
+                self.client.evict(str(m.get("namespace")), str(m.get("name")))
+            except kube.ApiError as e:
+                log.info("service %s: could not move pod %s off %s: %s", name, m.get("name"),
+                         (pod.get("spec") or {}).get("nodeName"), e)
+                break
+            moved += 1
+        if moved:
+            self._moved[name] = (step, up + moved, down + moved)
+            log.info("service %s: moved %d pod(s) to where the plan holds its GPUs at step %d",
+                     name, moved, step)
+
+    def _steer_scale_down(self, snap: snapshot.Snapshot, sv: snapshot.ServiceInfo,
+                          planned: Mapping[str, int]) -> None:
+        """Pods on nodes the plan took GPUs from go first (pod-deletion-cost)."""
+        for k, svc in snap.pod_service.items():
+            if svc != sv.spec.name:
+                continue
+            pod = snap.pods.get(k)
+            if pod is None or not snapshot.pod_live(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            surplus = sv.gpus_by_node.get(node or "", 0) - planned.get(node or "", 0)
+            cost = -100 if (not node or surplus > 0) else 100
+            current = ann.annotations_of(pod).get(objects.DELETION_COST)
+            if current == str(cost):
+                continue
+            m = pod.get("metadata") or {}
+            try:
+                self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                      objects.deletion_cost_patch(cost))
+            except kube.ApiError as e:
+                log.debug("deletion cost on %s: %s", k, e)
+
+    def _wake(self, pod: Obj, step: int) -> None:
+        k = ann.key(pod)
+        if self._woken.get(k) == step:
+            return
+        self._woken[k] = step
+        m = pod.get("metadata") or {}
+        try:
+            self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
+                                  objects.wake_patch(step))
+        except kube.ApiError as e:
+            log.debug("wake %s: %s", k, e)
+
+    # --- memory -------------------------------------------------------------------
+
+    def forget_gone(self, snap: snapshot.Snapshot) -> None:
+        """Forget gangs and pods that are gone, so memory follows the cluster."""
+        for name in [n for n in self._first_planned if n not in snap.gangs]:
+            del self._first_planned[name]
+        for k in [k for k in self._woken if k not in snap.pods]:
+            del self._woken[k]
