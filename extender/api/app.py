@@ -1,7 +1,7 @@
 """The FastAPI app: extender verbs, plan, health and metrics.
 
-`create_app(verbs, ...)` takes the decision-maker (the controller, or a stand-in
-in tests) and optional start/stop hooks run in the lifespan. The verbs read
+`create_app(verbs, ...)` takes the decision-maker (the controller's `verbs.Verbs`, or a
+stand-in in tests) and optional start/stop hooks run in the lifespan. The verbs read
 the body themselves (size limit, one JSON parse in the wire model) so a bad
 body is a 400 naming the problem.
 
