@@ -166,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--count", type=int, default=60, help="instances of the family")
     ap.add_argument("--seed", type=int, default=2500, help="first seed of the family")
+    ap.add_argument("--days", type=int, default=2, help="days (of hourly steps) an instance runs")
     ap.add_argument("--out", type=Path, default=Path("out/bench-slo"))
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    fam = [(s.name.split("-")[1], s) for s in wrongforecasts.family(a.count, a.seed)]
+    fam = [(s.name.split("-")[1], s) for s in wrongforecasts.family(a.count, a.seed, a.days)]
     shipped = [("shipped", scenarios.load(scenarios.builtin_dir() / f"{n}.yaml"))
                for n in scenarios.builtin_names()]
     family_out = run(fam)

@@ -29,24 +29,28 @@ KINDS: tuple[str, ...] = ("low", "high", "shift", "spikes", "noise")
 SIZES: tuple[int, ...] = (8, 16, 32)
 
 
-def family(count: int = 60, seed: int = 2500) -> list[model.Scenario]:
-    """`count` instances, the kinds in turn, sizes and everything else drawn from `seed`."""
+def family(count: int = 60, seed: int = 2500, days: int = 2) -> list[model.Scenario]:
+    """`count` instances, the kinds in turn, sizes and everything else drawn from `seed`;
+    `days` of hourly steps each."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    return [instance(seed + i, KINDS[i % len(KINDS)]) for i in range(count)]
+    return [instance(seed + i, KINDS[i % len(KINDS)], days) for i in range(count)]
 
 
-def instance(seed: int, kind: str) -> model.Scenario:
-    """One instance of `kind` (one of KINDS), fully determined by `seed`."""
+def instance(seed: int, kind: str, days: int = 2) -> model.Scenario:
+    """One instance of `kind` (one of KINDS), fully determined by `seed` and `days`."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    if days < 1:
+        raise ValueError(f"days must be >= 1, got {days}")
     rng = np.random.default_rng([seed, KINDS.index(kind)])
     gpus = int(rng.choice(SIZES))
-    jobs = int(gpus * rng.uniform(1.5, 3.0))
+    jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
     share = float(rng.uniform(0.3, 0.5))  # services' weekday peaks, of the cluster
     base = generator.generate(
         gpus, jobs, seed, services=1 if gpus <= 16 else 2, service_share=share,
-        start_hour=int(rng.integers(0, 24)), name=f"wrong-{kind}-{gpus}g-s{seed}")
+        start_hour=int(rng.integers(0, 24)), duration_steps=24 * days,
+        name=f"wrong-{kind}-{gpus}g-s{seed}" + (f"-{days}d" if days != 2 else ""))
     services = tuple(_wrong(v, kind, rng, gpus, base.steps_per_day) for v in base.services)
     return model.Scenario(
         name=base.name,

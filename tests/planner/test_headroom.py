@@ -83,6 +83,10 @@ def test_the_family_is_seeded_and_its_forecasts_are_wrong() -> None:
         assert any(v.demand != v.forecast for v in s.services), s.name
     with pytest.raises(ValueError, match="unknown kind"):
         wrongforecasts.instance(1, "sideways")
+    longer = wrongforecasts.instance(7, "low", days=5)
+    assert longer.duration_steps == 120 and len(longer.services[0].demand) >= 120
+    with pytest.raises(ValueError, match="days"):
+        wrongforecasts.instance(7, "low", days=0)
 
 
 def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
