@@ -5,7 +5,7 @@ the extender adds per pod.
     python bench/cluster_scale.py --pods 500 --nodes 64       # CI size (e2e/test_load.py)
 
 A scenario of single-pod gangs (1, 2, 4 or 8 GPUs, 1-2 steps, arrivals spread
-so the cluster runs ~70% full) is replayed (`extender.adapter.replaying`) into
+so the cluster runs ~70% full) is replayed (`extender.replay`) into
 a local control plane of its own with KWOK nodes; `gpuroster serve` decides.
 Checked: the grid read back is legal, every job ran, and every pod is bound to
 the node its admission annotation names, inside its block. Reported: the
@@ -29,9 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from e2e.cluster import Cluster, binaries_dir  # noqa: E402
-from extender.adapter import replaying  # noqa: E402
+from extender import replay  # noqa: E402
 from extender.planner import legality, model  # noqa: E402
 from extender.planner import scenario as scenario_doc  # noqa: E402
+from extender.replay import world  # noqa: E402
 
 
 def build(pods: int, nodes: int, arrival_steps: int, seed: int = 1) -> model.Scenario:
@@ -70,14 +71,14 @@ def run(pods: int, nodes: int, step_seconds: float, arrival_steps: int,
     try:
         core = cluster.core()
 
-        def on_step(t: int, control: replaying.ReplayControl) -> None:
+        def on_step(t: int, peer: replay.Peer) -> None:
             for p in core.list_namespaced_pod(ns, label_selector="gpuroster.io/bench=job").items:
                 a = p.metadata.annotations or {}
                 if p.spec.node_name and p.metadata.name not in placed:
                     sched = [c.last_transition_time.timestamp() for c in p.status.conditions or []
                              if c.type == "PodScheduled" and c.status == "True"]
                     adm = a.get("gpuroster.io/admitted-at")
-                    delay = (sched[0] - replaying._ts(adm)) if sched and adm else float("nan")
+                    delay = (sched[0] - world.ts(adm)) if sched and adm else float("nan")
                     placed[p.metadata.name] = (p.spec.node_name, a.get("gpuroster.io/node", ""),
                                                a.get("gpuroster.io/block", ""), delay)
             if t == s.duration_steps - 1:
@@ -90,9 +91,9 @@ def run(pods: int, nodes: int, step_seconds: float, arrival_steps: int,
                   file=sys.stderr, flush=True)
 
         t0 = time.time()
-        rep = replaying.replay(s, "gpuroster", str(cluster.kubeconfig), cluster.extender_port,
-                               step_seconds=step_seconds, namespace=ns, work_dir=work_dir,
-                               on_step=on_step, progress=tick)
+        rep = replay.play(s, "gpuroster", str(cluster.kubeconfig), cluster.extender_port,
+                          step_seconds=step_seconds, namespace=ns, work_dir=work_dir,
+                          on_step=on_step, progress=tick)
         print(file=sys.stderr)
         wall = time.time() - t0
     finally:

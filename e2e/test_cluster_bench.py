@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from extender import cli, clusterbench, scenarios
-from extender.adapter import replaying
+from extender import cli, clusterbench, replay, scenarios
+from extender.replay import world
 
 SCENARIOS = ["training-heavy", "forecast-error"]
 # Longer than the bench's 2.5 s: CI shares its 2 cores with the other tests, and
@@ -30,7 +30,7 @@ STEP_SECONDS = 4.0
 
 @pytest.fixture(scope="module")
 def bench_cluster() -> object:
-    with replaying.local_cluster() as (kubeconfig, port):
+    with replay.local_cluster() as (kubeconfig, port):
         yield kubeconfig, port
 
 
@@ -69,18 +69,18 @@ def test_a_replay_starts_without_the_last_replays_node_leases(
     # A lease left from an earlier bench node of the same name keeps KWOK from
     # heartbeating the new node, which then goes NotReady 50 s into the replay.
     kubeconfig, _ = bench_cluster
-    api = replaying._api(kubeconfig)
+    api = world.api(kubeconfig)
     core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
     leases = k8s.CoordinationV1Api(api)
-    name = f"{replaying.NODE_PREFIX}0"
-    leases.create_namespaced_lease(replaying.NODE_LEASE_NAMESPACE, {
+    name = f"{world.NODE_PREFIX}0"
+    leases.create_namespaced_lease(world.NODE_LEASE_NAMESPACE, {
         "metadata": {"name": name},
         "spec": {"holderIdentity": name, "leaseDurationSeconds": 40},
     })
-    replaying._wipe(core, apps, "gpuroster-bench")
+    world.wipe(core, apps, "gpuroster-bench")
     left = [x.metadata.name for x in
-            leases.list_namespaced_lease(replaying.NODE_LEASE_NAMESPACE).items]
-    assert not [n for n in left if n.startswith(replaying.NODE_PREFIX)], left
+            leases.list_namespaced_lease(world.NODE_LEASE_NAMESPACE).items]
+    assert not [n for n in left if n.startswith(world.NODE_PREFIX)], left
 
 
 def test_cluster_bench_refuses_unsupported_policies() -> None:

@@ -265,8 +265,9 @@ def check_record(core: Any, ns: str, history: list[Record]) -> None:
 
 def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
         faulty: Cluster, tmp_path: Path) -> None:
-    from extender.adapter import replaying
+    from extender import replay
     from extender.planner import legality
+    from extender.replay.peers.extender import ExtenderPeer
     from tests.builders import scenario
 
     rng = random.Random(int(os.environ.get("GPUROSTER_FAULT_SEED", "7")))
@@ -288,13 +289,13 @@ def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
 
     errors: list[str] = []
 
-    def fault(control: replaying.ReplayControl, t: int) -> None:
+    def fault(control: ExtenderPeer, t: int) -> None:
         try:
             kill_and_restart(control, t)
         except Exception as e:  # noqa: BLE001 - reported by the test, not lost in a thread
             errors.append(f"step {t + 1}: {type(e).__name__}: {e}")
 
-    def kill_and_restart(control: replaying.ReplayControl, t: int) -> None:
+    def kill_and_restart(control: ExtenderPeer, t: int) -> None:
         time.sleep(rng.uniform(0.0, S))  # a random moment of the next step
         control.kill_extender()
         killed = time.monotonic()
@@ -323,7 +324,7 @@ def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
         restarts.append({"step": t + 1, "down": restarted - killed, "healthz": healthy,
                          "readyz": ready, "next_commit": time.monotonic() - restarted})
 
-    def on_step(t: int, control: replaying.ReplayControl) -> None:
+    def on_step(t: int, control: ExtenderPeer) -> None:
         history.append(record(core, namespace))
         if t in kill_steps:
             th = threading.Thread(target=fault, args=(control, t))
@@ -337,9 +338,9 @@ def test_extender_killed_and_restarted_during_a_replay_loses_nothing(
     print(f"[faults] replay {s.name}: {len(s.jobs)} gangs on {s.cluster.nodes}x"
           f"{s.cluster.gpus_per_node} GPUs, {s.duration_steps} steps of {S:g}s; SIGKILL in "
           f"steps {[k + 1 for k in kill_steps]}")
-    rep = replaying.replay(s, "gpuroster", str(faulty.kubeconfig), faulty.extender_port,
-                           step_seconds=S, namespace=namespace, work_dir=tmp_path,
-                           on_step=on_step)
+    rep = replay.play(s, "gpuroster", str(faulty.kubeconfig), faulty.extender_port,
+                      step_seconds=S, namespace=namespace, work_dir=tmp_path,
+                      on_step=on_step)
     for r in restarts:
         print(f"[faults]   kill in step {r['step']:.0f}: down {r['down']:.1f}s, restart -> "
               f"/healthz {r['healthz']:.1f}s, /readyz (first step committed) {r['readyz']:.1f}s, "

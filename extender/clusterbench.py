@@ -2,7 +2,7 @@
 
 For each scenario and policy (fifo and gpuroster by default) the scenario is
 replayed into the cluster in compressed time with the real kube-scheduler and
-a `gpuroster serve` deciding (`extender.adapter.replaying`); the grid read back
+the peer of that name deciding (`extender.replay`); the grid read back
 is checked for legality, judged by the same metrics as the simulator, written
 as a version-1 result file, and compared with the simulator's run of the same
 policy: the agreement columns show the gap and the notes say where and why.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender import benchmarking, scenarios
-from extender.adapter import replaying
+from extender import benchmarking, replay, scenarios
 from extender.planner import legality, metrics, model, simulating
+from extender.replay import Replay, peers
 
 UTIL_POINTS = 2.0  # agreement bounds of issue 5
 VALUE_PERCENT = 3.0
@@ -33,7 +33,7 @@ class ClusterRow:
     policy: str
     cluster: metrics.Metrics
     sim: metrics.Metrics
-    replay: replaying.Replay
+    replay: Replay
     illegal: list[str]
     seconds: float
 
@@ -54,7 +54,7 @@ class ClusterRow:
         )
 
 
-def cluster_violations(s: model.Scenario, rep: replaying.Replay) -> list[str]:
+def cluster_violations(s: model.Scenario, rep: Replay) -> list[str]:
     """MODEL.md's rules on the grid read back, with the swap cap judged on what the
     cluster does: service pods carry no GPU identity (the scheduler counts GPUs per
     node), so a service's swaps are its pods in plus pods out between steps; which
@@ -79,7 +79,7 @@ def run(
             sys.stderr.flush()
 
     t = time.time()
-    rep = replaying.replay(
+    rep = replay.play(
         s, policy, kubeconfig, port, step_seconds=step_seconds, work_dir=work_dir, progress=tick
     )
     if progress:
@@ -145,7 +145,7 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    replaying.exit_on_termination()  # before the local cluster chains its own handlers
+    replay.exit_on_termination()  # before the local cluster chains its own handlers
     try:
         paths = [scenarios.resolve(n) for n in (args.scenarios or scenarios.builtin_names())]
         loaded = [scenarios.load(p) for p in paths]
@@ -154,11 +154,13 @@ def main(args: argparse.Namespace) -> int:
         return 2
     wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
     if args.policies == ",".join(benchmarking.DEFAULT_POLICIES):
-        wanted = ["fifo", "gpuroster"]  # the two the cluster path implements
-    bad = [p for p in wanted if p not in ("fifo", "gpuroster")]
+        wanted = ["fifo", "gpuroster"]  # the simulator's policies a peer runs as they are
+    known = peers.names()
+    bad = [p for p in wanted if p not in known]
     if bad:
         print(
-            f"gpuroster bench: on a cluster only fifo and gpuroster run, not {bad}", file=sys.stderr
+            f"gpuroster bench: on a cluster only the peers {', '.join(known)} run, not {bad}",
+            file=sys.stderr,
         )
         return 2
     S = args.step_seconds or DEFAULT_STEP_SECONDS
@@ -184,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         go(args.kubeconfig, args.extender_port)
     else:
-        with replaying.local_cluster() as (kubeconfig, port):
+        with replay.local_cluster() as (kubeconfig, port):
             go(kubeconfig, port)
     print(format_table(rows))
     disagree = [r for r in rows if not r.agrees]

@@ -16,8 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from extender import benchmarking, reporting, scenarios
-from extender.adapter import replaying
+from extender import benchmarking, replay, reporting, scenarios
 from extender.planner import legality, metrics, model, simulating
 
 
@@ -60,14 +59,14 @@ def main(argv: Sequence[str]) -> int:
     )
     started = time.time()
     rows: list[benchmarking.Row] = []
-    replaying.exit_on_termination()  # before the local cluster chains its own handlers
+    replay.exit_on_termination()  # before the local cluster chains its own handlers
     print(
         "  starting the local control plane (etcd, kube-apiserver, controller-manager, "
         "kube-scheduler, KWOK)...",
         flush=True,
     )
     try:
-        with replaying.local_cluster() as (kubeconfig, port):
+        with replay.local_cluster() as (kubeconfig, port):
             print(f"  control plane ready in {time.time() - started:.0f}s", flush=True)
             for policy in ("fifo", "gpuroster"):
                 rows.append(_run(s, policy, kubeconfig, port, S, args.out))
@@ -104,7 +103,7 @@ def _run(
                 flush=True,
             )
 
-    def line(v: replaying.StepView) -> None:
+    def line(v: replay.StepView) -> None:
         totals["useful"] += v.useful
         totals["value"] += v.value
         totals["steps"] += 1
@@ -117,7 +116,7 @@ def _run(
             flush=True,
         )
 
-    rep = replaying.replay(
+    rep = replay.play(
         s,
         policy,
         kubeconfig,

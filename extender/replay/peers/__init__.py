@@ -1,0 +1,132 @@
+"""What the cluster runs during a replay: a peer, chosen by name.
+
+A peer is the scheduling system under test, as a small interface: which
+processes run beside the control plane, how a job is handed to the cluster at
+its arrival step, how a service is driven each step, and what is cleaned up.
+Everything else is shared and peer-independent (`world`: nodes, namespace,
+completion of pods after their true duration; `readback`: samples, grid rebuild;
+`driving`: the clock), so the grids of all peers are read and scored the same way.
+
+Today's peers (`extender` module): `gpuroster` and `fifo`, a `gpuroster serve`
+process behind the local control plane's extender. A new peer is a new module
+in this package with a `PEERS` mapping (name -> factory), added to `_MODULES`
+below, or registered at run time with `register`.
+
+The call order, for one replay (`ctx.t0` is set before `start`):
+
+    setup(ctx)                 services exist, before step 0 (e.g. Deployments)
+    start(ctx)                 processes up and ready (stop() always follows)
+    for t in steps:
+        submit(ctx, job, t)    late in step t-1, for each job arriving in step t
+        ... sample of step t ...
+        drive(ctx, t)          after step t's sample: services for step t+1
+        check(ctx, t)          raise if a process died that should not have
+    stop()                     processes down (in a `finally`)
+    cleanup(ctx)               peer-specific objects gone (the namespace is wiped anyway)
+
+Read-back contract (see `world`): job pods carry `BENCH_LABEL=job` and
+`JOB_LABEL=<job>`, service pods `BENCH_LABEL=service` and `app=<service>`,
+however they are created. `block_of` says where a job's GPUs are (default:
+the admission block annotation, which gpuroster's extender writes).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from extender.planner import model
+from extender.replay import readback
+
+
+@dataclass
+class Context:
+    """One replay, as a peer sees it. `core`/`apps`/`api` are kubernetes clients."""
+
+    scenario: model.Scenario
+    kubeconfig: str
+    api: Any
+    core: Any
+    apps: Any
+    namespace: str
+    step_seconds: float
+    work_dir: Path
+    extender_port: int  # where the control plane's kube-scheduler calls an extender
+    t0: float = 0.0  # wall time of step 0's start
+    notes: list[str] = field(default_factory=list)
+
+
+class Peer:
+    """The interface, with what most peers share as defaults. Subclass it."""
+
+    name: str = ""
+    # The kube-scheduler profile the peer's pods name (`spec.schedulerName`);
+    # None: the cluster's default profile.
+    scheduler_name: str | None = None
+
+    def setup(self, ctx: Context) -> None:
+        """Objects that exist before step 0 (services, queues, priority classes)."""
+
+    def start(self, ctx: Context) -> None:
+        """Start the peer's processes and return when they are ready."""
+
+    def submit(self, ctx: Context, job: model.Job, t: int) -> None:
+        """Hand a job arriving in step t to the cluster."""
+        raise NotImplementedError
+
+    def drive(self, ctx: Context, t: int) -> None:
+        """After step t's sample: drive each service for step t+1 (demand, replicas)."""
+
+    def check(self, ctx: Context, t: int) -> None:
+        """Raise if a process the peer runs died unexpectedly."""
+
+    def stop(self) -> None:
+        """Stop the peer's processes; safe to call when `start` failed or never ran."""
+
+    def cleanup(self, ctx: Context) -> None:
+        """Remove what the namespace wipe does not (cluster-scoped objects)."""
+
+    def log_tail(self) -> str:
+        """The end of the peer's own log, for the replay's result."""
+        return ""
+
+    def block_of(
+        self, name: str, members: Sequence[Any], node_index: dict[str, int], g: int,
+        notes: list[str],
+    ) -> model.Block | None:
+        """Where job `name`'s GPUs are on the grid (see `readback.BlockReader`)."""
+        return readback.admission_block(name, members, node_index, g, notes)
+
+
+Factory = Callable[[], Peer]
+
+# Modules holding built-in peers; each defines PEERS: dict[str, Factory].
+_MODULES = ("extender.replay.peers.extender",)
+_registry: dict[str, Factory] = {}
+
+
+def register(name: str, factory: Factory) -> None:
+    """Make a peer available by name (e.g. from a plugin)."""
+    _registry[name] = factory
+
+
+def _load() -> dict[str, Factory]:
+    for module in _MODULES:
+        peers: dict[str, Factory] = importlib.import_module(module).PEERS
+        for name, factory in peers.items():
+            _registry.setdefault(name, factory)
+    return _registry
+
+
+def names() -> list[str]:
+    return sorted(_load())
+
+
+def create(name: str) -> Peer:
+    known = _load()
+    if name not in known:
+        raise ValueError(f"unknown peer {name!r} (known: {', '.join(sorted(known))})")
+    return known[name]()
