@@ -5,7 +5,8 @@ history in a ConfigMap, or a PromQL query against Prometheus), the forecast
 made from it (`extender.planner.forecasting`, or the curve itself), and what
 the controller remembers of it between rounds: the step's forecasts (a query
 is asked once a step), each service's reservation (the peak of its explicit
-curve) and the forecasts the curve made for past steps.
+curve) and the forecasts made for past steps (the curve's, or the forecaster's
+replayed over the history).
 
 May not touch: GPU sets, the plan or the cluster. A source that cannot be read
 raises `annotations.AnnotationError`; the round decides what that means.
@@ -36,6 +37,7 @@ class Reader:
         self._forecasts: dict[tuple[str, int], Forecast] = {}
         self._reservations: dict[str, int] = {}  # service -> peak of its explicit curve
         self._past_forecasts: dict[str, tuple[float, ...]] = {}  # what the curve said before
+        self._replayed: dict[str, int] = {}  # service -> step its history was last replayed
 
     def reservation(self, service: str, default: int) -> int:
         """The GPUs fifo reserves for `service`: its curve's peak, else `default`."""
@@ -100,6 +102,13 @@ class Reader:
         except ValueError as e:
             raise ann.AnnotationError(f"demand history: {e}") from None
         out = tuple(whole(v) for v in f.values), tuple(history[-HISTORY_KEEP:])
+        # What the forecaster said for the last two days, one step ahead: beside the
+        # history, the error the planner sizes the service's headroom on. Once a step
+        # (a few ms: the round may run several times a step).
+        if self._replayed.get(sv.spec.name) != step:
+            self._past_forecasts[sv.spec.name] = tuple(
+                float(whole(v)) for v in forecasting.replay(history, 2 * spd, spd))
+            self._replayed[sv.spec.name] = step
         self._forecasts = {k: v for k, v in self._forecasts.items() if k[1] >= step - 1}
         self._forecasts[(sv.spec.name, step)] = out
         return out

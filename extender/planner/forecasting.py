@@ -128,6 +128,32 @@ def forecast(
     )
 
 
+def replay(
+    history: Sequence[float],
+    steps: int,
+    steps_per_day: int = 24,
+    *,
+    weeks: int = 4,
+    recent_steps: int | None = None,
+) -> tuple[float, ...]:
+    """What `forecast` said one step ahead for each of the last `steps` steps of
+    `history` (at most all but the first), each from the data before it, oldest first.
+
+    Beside the same steps of the history, this is the forecast error a planner sizes
+    headroom on (`headroom`) when only the history is kept, not the forecasts made.
+    """
+    h = _history(history)
+    _check_int("steps", steps, 1)
+    _check_int("steps_per_day", steps_per_day, 1)
+    _check_int("weeks", weeks, 1)
+    recent = recent_steps if recent_steps is not None else max(1, steps_per_day // 4)
+    _check_int("recent_steps", recent, 1)
+    n = len(h)
+    return tuple(_profile_at(h, t, t, steps_per_day, weeks) * _level(h[:t], steps_per_day, weeks,
+                                                                     recent)
+                 for t in range(max(1, n - steps), n))
+
+
 def naive(history: Sequence[float], horizon: int, steps_per_day: int = 24) -> tuple[int, ...]:
     """Same step yesterday (repeated daily), for comparison. Needs one day of history."""
     h = _history(history)

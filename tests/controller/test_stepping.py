@@ -911,3 +911,20 @@ def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
         metrics.set_state_source(lambda: None)
     assert 'gpuroster_realtime_headroom_gpus{service="ns/chat"}' in text
     assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text
+
+
+@pytest.mark.parametrize(("bursts", "room"), [(False, False), (True, True)],
+                         ids=["history-repeats", "bursts-the-forecaster-missed"])
+def test_headroom_from_a_history_is_the_forecasters_error_replayed(bursts: bool,
+                                                                   room: bool) -> None:
+    rig = Rig(nodes=2)
+    day = [1] * 6 + [4] * 12 + [1] * 6
+    last = [x + 3 if bursts and h % 5 == 2 else x for h, x in enumerate(day)]
+    rig.fake.add("configmaps", configmap("h", history=",".join(
+        str(x) for x in day * 6 + last), **{"steps-per-day": "24"}))
+    rig.fake.add("deployments", deployment("svc", notes={"gpuroster.io/demand-configmap": "h",
+                                                         "gpuroster.io/max-swap": "8"}))
+    rig.step()
+    st = rig.ctl.state
+    assert st is not None
+    assert (st.service_headroom["ns/svc"] > 0) == room, st.service_headroom

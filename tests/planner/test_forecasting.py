@@ -137,3 +137,16 @@ def test_bad_input_is_rejected(
 def test_evaluate_needs_a_day_before_the_holdout() -> None:
     with pytest.raises(ValueError, match="fewer than one day"):
         forecasting.evaluate([1.0] * 30, holdout_steps=10)
+
+
+def test_replay_is_what_the_forecaster_said_one_step_ahead_from_the_data_before() -> None:
+    day = [1.0] * 6 + [4.0] * 12 + [1.0] * 6
+    history = day * 7 + [x * 2 for x in day]
+    said = forecasting.replay(history, 24)
+    assert len(said) == 24
+    for k, t in enumerate(range(len(history) - 24, len(history))):
+        assert said[k] == pytest.approx(forecasting.forecast(history[:t], 1).raw[0])
+    assert forecasting.replay(day * 7, 24) == pytest.approx(day)  # a repeating week: exact
+    assert forecasting.replay([3.0], 5) == ()
+    with pytest.raises(ValueError, match="steps"):
+        forecasting.replay(day, 0)
