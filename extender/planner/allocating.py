@@ -168,11 +168,11 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
 def service_curve(
     v: model.ServiceState, length: int, now: int, period: int, error_memory: float,
     service_level: float = 0.99, error_window: int = headroom.DEFAULT_WINDOW,
-    room: list[int] | None = None,
+    room: list[int] | None = None, forecast: list[int] | None = None,
 ) -> list[int]:
     """GPUs the plan holds for a service at steps now .. now+length-1: its forecast,
     with headroom (`room`, else `service_room`) for the recent forecast error."""
-    f = forecast_curve(v, length, period)
+    f = forecast if forecast is not None else forecast_curve(v, length, period)
     if room is None:
         room = service_room(v, f, service_level, error_window)
     f = [a + b for a, b in zip(f, room, strict=True)]
@@ -248,14 +248,15 @@ class Gpuroster:
                 overrun[k] += r.gpus
 
         # Services: their curves, and the capacity they leave for batch work.
+        told = {v.name: forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
         rooms = {
-            v.name: service_room(v, forecast_curve(v, W, inp.steps_per_day), o.service_level,
+            v.name: service_room(v, told[v.name], o.service_level,
                                  o.error_window or inp.steps_per_day)
             for v in inp.services
         }
         curves = {
             v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory,
-                                  room=rooms[v.name])
+                                  room=rooms[v.name], forecast=told[v.name])
             for v in inp.services
         }
         capacity = [c.gpus - unavailable.bit_count()] * W
