@@ -20,7 +20,7 @@ from extender.planner import model
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))
 USER_ANNOTATIONS = {ann.WORKLOAD, ann.PRIORITY, ann.GANG, ann.GANG_SIZE, ann.EXPECTED_DURATION,
-                    ann.MAX_SWAP, ann.DEMAND_CONFIGMAP, ann.DEMAND_QUERY}
+                    ann.MAX_SWAP, ann.DEMAND_CONFIGMAP, ann.DEMAND_QUERY, ann.SERVICE_LEVEL}
 # The local cluster of `make cluster-up` and the e2e tests: 4 nodes x 8 GPUs.
 NODES, GPUS_PER_NODE = 4, 8
 
