@@ -26,6 +26,7 @@ SHELL := bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+GPUROSTER := $(VENV)/bin/gpuroster
 PYTEST := $(PY) -m pytest
 # Every e2e test shares one cluster; a hung test must not hang CI.
 E2E_TIMEOUT ?= 900
@@ -45,26 +46,27 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
-# helm: pinned, built from Go modules into ~/.cache/gpuroster (reused when there).
-cluster-bin:
-	bash e2e/build-control-plane.sh >/dev/null
+# helm: pinned, built from Go modules into ~/.cache/gpuroster (reused when there)
+# by the package's build script (extender/localcluster/build-control-plane.sh).
+cluster-bin: venv
+	$(GPUROSTER) cluster build >/dev/null
 
 # e.g. make cluster-up CLUSTER_ARGS="--nodes 8 --gpus-per-node 8 --extender-port 8888"
 CLUSTER_ARGS ?=
 cluster-up: venv cluster-bin
-	$(PY) -m e2e.cluster up $(CLUSTER_ARGS)
+	$(GPUROSTER) cluster up $(CLUSTER_ARGS)
 
 cluster-down:
-	$(PY) -m e2e.cluster down
+	$(GPUROSTER) cluster down
 
 cluster-kubeconfig:
-	@$(PY) -m e2e.cluster kubeconfig
+	@$(GPUROSTER) cluster kubeconfig
 
 cluster-extender-port:
-	@$(PY) -m e2e.cluster extender-port
+	@$(GPUROSTER) cluster extender-port
 
 cluster-status:
-	@$(PY) -m e2e.cluster status
+	@$(GPUROSTER) cluster status
 
 test-unit: venv
 	$(PYTEST) -m 'not e2e' tests
@@ -72,7 +74,7 @@ test-unit: venv
 test-e2e: venv cluster-bin
 	run=$$(date +%s)-$$$$; rc=0; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
-	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
+	$(GPUROSTER) cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 
 # Everything; fails on any failure, after running all of it.
@@ -81,11 +83,11 @@ test: venv cluster-bin
 	( $(LINT) ) || rc=$$?; \
 	$(PYTEST) -m 'not e2e' tests || rc=$$?; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
-	$(PY) -m e2e.cluster leftovers --run-id $$run || rc=1; \
+	$(GPUROSTER) cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 
 # --- quality gates -------------------------------------------------------------
-HELM = $$(bash e2e/build-control-plane.sh --print-bin)/helm
+HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
 LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender \
 	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \

@@ -25,14 +25,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from e2e.cluster import Cluster, binaries_dir  # noqa: E402
-from extender import replay  # noqa: E402
-from extender.planner import legality, model  # noqa: E402
-from extender.planner import scenario as scenario_doc  # noqa: E402
-from extender.replay import world  # noqa: E402
+from extender import replay
+from extender.localcluster import Cluster, binaries_dir
+from extender.planner import legality, model
+from extender.planner import scenario as scenario_doc
+from extender.replay import world
 
 
 def build(pods: int, nodes: int, arrival_steps: int, seed: int = 1) -> model.Scenario:

@@ -23,7 +23,7 @@ import yaml
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from e2e.cluster import Cluster
+    from extender.localcluster import Cluster
 
 
 def service_account_token(cluster: Cluster, namespace: str, name: str,

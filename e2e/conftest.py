@@ -1,4 +1,4 @@
-"""Fixtures for tests against the local control plane (see e2e/cluster.py).
+"""Fixtures for tests against the local control plane (extender.localcluster).
 
 - ``cluster`` (session): one running control plane with fake GPU nodes
   ``gpu-node-0..N-1`` (N = $GPUROSTER_E2E_NODES, default 4; 8 GPUs each).
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, binaries_dir
+from extender.localcluster import Cluster, binaries_dir
 
 E2E_DIR = Path(__file__).parent
 

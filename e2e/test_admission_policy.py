@@ -18,9 +18,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from e2e import accounts
-from e2e.cluster import Cluster
-from e2e.harness import objects
 from e2e.test_helm import CHART, helm_binary
+from extender.localcluster import Cluster, objects
 
 RELEASE = "vap"
 

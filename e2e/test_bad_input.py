@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from e2e.harness import objects
-from e2e.harness.waiting import wait_for
 from e2e.test_extender import Extender, extender  # noqa: F401
+from extender.localcluster import objects
+from extender.localcluster.waiting import wait_for
 
 GOOD = {"gpuroster.io/workload": "training", "gpuroster.io/expected-duration": "30s"}
 

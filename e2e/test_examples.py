@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.harness.waiting import wait_for
 from e2e.test_extender import Extender
+from extender.localcluster import Cluster
+from extender.localcluster.waiting import wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))

@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.harness import objects, processes
-from e2e.harness.waiting import wait_for
+from extender.localcluster import Cluster, objects, processes
+from extender.localcluster.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = 2.0
@@ -572,7 +571,7 @@ def test_restart_mid_run_loses_moves_or_readmits_nothing(
 
 def test_two_replicas_only_the_leader_commits_and_a_follower_takes_over(
         cluster: Cluster, core: Any, namespace: str, tmp_path: Path) -> None:
-    from e2e.cluster import free_port
+    from extender.localcluster import free_port
 
     lease = {"GPUROSTER_LEADER_ELECT": "true", "GPUROSTER_LEASE_NAMESPACE": namespace,
              "GPUROSTER_LEASE_NAME": "gpuroster-e2e"}

@@ -39,9 +39,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from e2e.cluster import Cluster, binaries_dir, free_port
-from e2e.harness import objects, processes
-from e2e.harness.waiting import wait_for
+from extender.localcluster import Cluster, binaries_dir, free_port, objects, processes
+from extender.localcluster.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = "gpuroster.io/block"

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.harness import objects
+from extender.localcluster import Cluster, objects
 
 pytestmark = pytest.mark.e2e
 

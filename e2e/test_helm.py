@@ -41,9 +41,8 @@ import yaml
 
 from e2e import accounts
 from e2e.accounts import Access
-from e2e.cluster import Cluster, free_port
-from e2e.harness import objects, processes
-from e2e.harness.waiting import wait_for
+from extender.localcluster import Cluster, free_port, objects, processes
+from extender.localcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +73,7 @@ LABELLED_KINDS = ("deployments.apps,replicasets.apps,pods,services,serviceaccoun
 def helm_binary(cluster: Cluster) -> str:
     path = Path(os.environ.get("GPUROSTER_HELM") or cluster.bin_dir / "helm")
     if not path.is_file():
-        pytest.fail(f"helm not found at {path}: run `bash e2e/build-control-plane.sh` "
+        pytest.fail(f"helm not found at {path}: run `gpuroster cluster build` "
                     "or set GPUROSTER_HELM")
     return str(path)
 
@@ -139,7 +138,7 @@ def servicemonitor_crd(cluster: Cluster) -> None:
     found = sorted((cluster.bin_dir / "crds").glob("monitoring.coreos.com_servicemonitors-*.yaml"))
     if not found:
         pytest.fail(f"no ServiceMonitor CRD in {cluster.bin_dir / 'crds'}: "
-                    "run `bash e2e/build-control-plane.sh`")
+                    "run `gpuroster cluster build`")
     # Server-side: the CRD is larger than client-side apply's annotation allows.
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(found[-1]))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",

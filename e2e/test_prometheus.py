@@ -1,6 +1,6 @@
 """The PromQL demand source (`gpuroster.io/demand-query`) against a real Prometheus.
 
-Prometheus is built from its Go module by e2e/build-control-plane.sh (HTTP API only:
+Prometheus is built from its Go module by `gpuroster cluster build` (HTTP API only:
 no service-discovery plugins, no web UI assets). It scrapes a one-gauge exporter
 served by the test every second; gpuroster serve reads the gauge's history with
 /api/v1/query_range, forecasts from it and scales the Deployment. A query
@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, free_port
-from e2e.harness import objects, processes
-from e2e.harness.waiting import wait_for
 from e2e.test_extender import Extender
+from extender.localcluster import Cluster, free_port, objects, processes
+from extender.localcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +56,7 @@ class Gauge:
 def prometheus(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, Gauge]]:
     found = sorted(cluster.bin_dir.glob("prometheus-*"))
     if not found:
-        pytest.fail(f"no prometheus in {cluster.bin_dir}: run `bash e2e/build-control-plane.sh`")
+        pytest.fail(f"no prometheus in {cluster.bin_dir}: run `gpuroster cluster build`")
     gauge = Gauge(3)
     port = free_port()
     config = tmp_path / "prometheus.yml"

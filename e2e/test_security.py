@@ -30,9 +30,8 @@ import pytest
 import yaml
 
 from e2e import accounts
-from e2e.cluster import Cluster
-from e2e.harness import objects, processes
 from e2e.test_helm import BASE_VALUES, CHART, Helm, helm, release_name, values_file  # noqa: F401
+from extender.localcluster import Cluster, objects, processes
 
 REPO = Path(__file__).resolve().parents[1]
 CALLER_TOKEN = "eyJhbGciOiJSUzI1NiJ9.caller-secret-token-do-not-log.c2lnbmF0dXJl"

@@ -17,6 +17,7 @@ commands:
   plan      print the current plan of a running service
   demo      bring up the local control plane and replay a contended scenario
   check     check a result file against its scenario (legality and metrics)
+  cluster   the local control plane: build, up, down, status, kubeconfig, extender-port
 
 `gpuroster COMMAND --help` for each command's options.
 """
@@ -38,6 +39,10 @@ def _load(command: str) -> Callable[[Sequence[str]], int] | None:
             controller_main.serve if command == "serve" else controller_main.plan
         )
         return run
+    if command == "cluster":
+        from extender.localcluster import commands
+
+        return commands.main
     if command == "demo":
         from extender import demo
 

@@ -42,9 +42,9 @@ metadata:
 def helm() -> str:
     if env := os.environ.get("GPUROSTER_HELM"):
         return env
-    out = subprocess.run(["bash", str(REPO / "e2e" / "build-control-plane.sh"), "--print-bin"],
-                         check=True, capture_output=True, text=True).stdout
-    return str(Path(out.strip().splitlines()[-1]) / "helm")
+    from extender.localcluster import binaries_dir
+
+    return str(binaries_dir() / "helm")
 
 
 def render() -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -171,21 +170,14 @@ def play(
 
 @contextmanager
 def local_cluster(nodes: int = 0) -> Iterator[tuple[str, int]]:
-    """The repo's local control plane (e2e harness), started for the replay and stopped after.
+    """The local control plane (`extender.localcluster`), started for the replay and
+    stopped after; its pinned binaries are built first if they are not there yet.
 
-    Yields (kubeconfig, extender_port). Needs a checkout of the repository:
-    the harness and its build script live there, not in the package.
+    Yields (kubeconfig, extender_port).
     """
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "e2e" / "cluster.py").exists():
-        raise RuntimeError(
-            "--cluster local needs the gpuroster repository checkout "
-            "(e2e/cluster.py); use --kubeconfig for any other cluster"
-        )
-    sys.path.insert(0, str(root))
-    from e2e import cluster as harness
+    from extender.localcluster import Cluster, binaries_dir
 
-    c = harness.Cluster(nodes=nodes)
+    c = Cluster(nodes=nodes, bin_dir=binaries_dir(build=True))
     c.up()
     try:
         yield str(c.kubeconfig), int(c.extender_port)

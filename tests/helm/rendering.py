@@ -1,6 +1,6 @@
 """Run the real `helm` on the chart and hand back the rendered objects.
 
-Helm comes from the pinned build (`e2e/build-control-plane.sh --print-bin`)
+Helm comes from the pinned build (`gpuroster cluster bin-dir`)
 or `GPUROSTER_HELM`. Without it the tests fail with how to get it; they skip
 only when `GPUROSTER_SKIP_E2E=1`, as the cluster tests do.
 """
@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.localcluster import binaries_dir
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "gpuroster"
-BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
 KUBE_VERSION = "v1.36.3"
 
 Obj = dict[str, Any]
@@ -35,11 +36,7 @@ def helm_binary() -> str:
     else:
         if bin_dir := os.environ.get("GPUROSTER_BIN_DIR"):
             candidates.append(Path(bin_dir) / "helm")
-        out = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "--print-bin"], check=False, capture_output=True, text=True
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            candidates.append(Path(out.stdout.strip().splitlines()[-1]) / "helm")
+        candidates.append(binaries_dir() / "helm")
         if found := shutil.which("helm"):
             candidates.append(Path(found))
     for path in candidates:
@@ -47,7 +44,7 @@ def helm_binary() -> str:
             return str(path)
     message = (
         f"helm not found (looked at {[str(p) for p in candidates]}); build it with "
-        "`bash e2e/build-control-plane.sh` or set GPUROSTER_HELM"
+        "`gpuroster cluster build` or set GPUROSTER_HELM"
     )
     if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
         pytest.skip(message)

@@ -2,8 +2,8 @@
 # Build the local Kubernetes control plane from Go modules, pinned, cached
 # outside the repo, keyed by version. Reuses what is already built.
 #
-#   e2e/build-control-plane.sh            build (or reuse) everything
-#   e2e/build-control-plane.sh --print-bin  print the bin directory
+#   build-control-plane.sh              build (or reuse) everything (gpuroster cluster build)
+#   build-control-plane.sh --print-bin  print the bin directory (gpuroster cluster bin-dir)
 #
 # Binaries: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, kwok, helm; prometheus (for the PromQL demand source; built without

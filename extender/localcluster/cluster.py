@@ -1,7 +1,7 @@
 """A local Kubernetes control plane with fake GPU nodes, for tests, the
 benchmark and the demo.
 
-    from e2e.cluster import Cluster
+    from extender.localcluster import Cluster
     with Cluster(nodes=4) as cluster:          # up() ... down()
         cluster.kubeconfig                     # admin kubeconfig (client cert)
         cluster.extender_port                  # kube-scheduler calls the extender here
@@ -9,31 +9,27 @@ benchmark and the demo.
         cluster.set_node_ready("gpu-node-0", False)
 
 Processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-(configured from ``deploy/scheduler/scheduler-config.yaml``) and the KWOK
-controller (stages in ``e2e/stages/``). All on 127.0.0.1, on free ports, with
+(configured from the packaged ``scheduler-config.yaml``, the same as
+``deploy/scheduler/scheduler-config.yaml``) and the KWOK controller (stages in
+``stages/`` here). All on 127.0.0.1, on free ports, with
 logs in ``<base_dir>/logs``. Every process stops on ``down()``, at interpreter
 exit, on SIGINT/SIGTERM, and (via a parent-death signal) if the owner is
 killed.
 
-CLI, used by ``make cluster-up|cluster-down|cluster-kubeconfig``:
-
-    python -m e2e.cluster up [--nodes N] [--gpus-per-node G] [--extender-port P]
-    python -m e2e.cluster down
-    python -m e2e.cluster kubeconfig | extender-port | status
+The command line (``gpuroster cluster ...``, which the Makefile's cluster
+targets call) is in ``commands``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import importlib.resources
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -44,20 +40,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from e2e.harness import objects, pki, processes, rendering
+from extender.localcluster import objects, pki, processes, rendering
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-REPO = rendering.REPO
-BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
+BUILD_SCRIPT = "build-control-plane.sh"  # package data, next to this module
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
             "kwok")
 RUN_ROOT = Path(os.environ.get("GPUROSTER_CACHE", Path.home() / ".cache" / "gpuroster")) / "run"
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.64.0.0/12"
 # `make test` sets this; every process started under it inherits it, so
-# `python -m e2e.cluster leftovers` can find what outlived the run.
+# `gpuroster cluster leftovers` can find what outlived the run.
 RUN_ID_ENV = "GPUROSTER_RUN_ID"
 _NODE_LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -86,16 +81,22 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+def build_script() -> contextlib.AbstractContextManager[Path]:
+    """The build script (package data) as a file path, for as long as the context lasts."""
+    return importlib.resources.as_file(
+        importlib.resources.files("extender.localcluster") / BUILD_SCRIPT)
+
+
 def binaries_dir(build: bool = False) -> Path:
-    """Where the pinned binaries live; with ``build``, build or reuse them first."""
+    """Where the pinned binaries live; with ``build``, build or reuse them first.
+
+    The build script logs to stderr; building from cold takes many minutes.
+    """
     if env := os.environ.get("GPUROSTER_BIN_DIR"):
         return Path(env)
-    if build:
-        out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE,
-                             text=True).stdout
-    else:
-        out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-bin"], check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
+    with build_script() as script:
+        argv = ["bash", str(script)] if build else ["bash", str(script), "--print-bin"]
+        out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1])
 
 
@@ -177,7 +178,7 @@ class Cluster:
         missing = [b for b in BINARIES if not (self.bin_dir / b).is_file()]
         if missing:
             raise ClusterError(f"missing binaries in {self.bin_dir}: {missing}; "
-                               f"run `make cluster-bin`")
+                               f"run `gpuroster cluster build`")
         started = time.monotonic()
         deadline = started + timeout
         processes.register(id(self), self.down)
@@ -578,214 +579,3 @@ class Cluster:
         (self.base_dir / "extender-port").write_text(f"{self.extender_port}\n")
 
 
-# --- CLI: a background cluster for make targets ------------------------------------
-
-
-def _current() -> Path | None:
-    pointer = RUN_ROOT / "current"
-    if not pointer.is_file():
-        return None
-    base = Path(pointer.read_text().strip())
-    return base if base.is_dir() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_state(base: Path) -> dict[str, Any]:
-    path = base / "state.json"
-    return dict(json.loads(path.read_text())) if path.is_file() else {}
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    base = _current()
-    if base is not None:
-        sup = base / "supervisor.pid"
-        if sup.is_file() and _alive(int(sup.read_text())) and (base / "ready").is_file():
-            state = _read_state(base)
-            print(f"cluster already up: kubeconfig {state['kubeconfig']}, "
-                  f"extender port {state['extender_port']}")
-            return 0
-    if args.dir:
-        base = Path(args.dir)
-        base.mkdir(parents=True, exist_ok=True)
-    else:
-        base = Path(tempfile.mkdtemp(prefix="gpuroster-cluster-"))
-    (base / "logs").mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "e2e.cluster", "serve", "--dir", str(base),
-            "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node)]
-    if args.extender_port:
-        argv += ["--extender-port", str(args.extender_port)]
-    if args.no_node_cache:
-        argv.append("--no-node-cache")
-    with (base / "logs" / "supervisor.log").open("ab") as log:
-        supervisor = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    (base / "supervisor.pid").write_text(f"{supervisor.pid}\n")
-    RUN_ROOT.mkdir(parents=True, exist_ok=True)
-    (RUN_ROOT / "current").write_text(f"{base}\n")
-    deadline = time.monotonic() + args.timeout
-    while not (base / "ready").is_file():
-        if supervisor.poll() is not None or time.monotonic() > deadline:
-            print(f"cluster failed to start; logs in {base / 'logs'}", file=sys.stderr)
-            print((base / "logs" / "supervisor.log").read_text(errors="replace")[-6000:],
-                  file=sys.stderr)
-            _stop_supervisor(base)
-            return 1
-        time.sleep(0.3)
-    state = _read_state(base)
-    print(f"cluster up in {state['startup_seconds']:.1f}s")
-    print(f"  kubeconfig:    {state['kubeconfig']}")
-    print(f"  extender port: {state['extender_port']}  (kube-scheduler calls "
-          f"{state['extender_url']}/filter)")
-    print(f"  logs:          {state['log_dir']}")
-    print(f"  state:         {base}")
-    return 0
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    stop = False
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    cluster = Cluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                      extender_port=args.extender_port, node_cache_capable=not args.no_node_cache,
-                      base_dir=Path(args.dir), bin_dir=binaries_dir())
-    try:
-        cluster.up()
-        print(f"ready in {cluster.startup_seconds:.1f}s", flush=True)
-        (Path(args.dir) / "ready").write_text("ok\n")
-        while not stop:
-            cluster.check_alive()
-            time.sleep(0.5)
-    except ClusterError as e:
-        print(e, flush=True)
-        return 1
-    finally:
-        cluster.down(remove=False)
-    return 0
-
-
-def _stop_supervisor(base: Path, timeout: float = 30.0) -> None:
-    sup = base / "supervisor.pid"
-    if sup.is_file():
-        pid = int(sup.read_text())
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-    # Children the supervisor could not stop: kill their groups, but only if the
-    # pid still runs one of our binaries (pids get reused).
-    state = _read_state(base)
-    for pid in state.get("pids", {}).values():
-        with contextlib.suppress(OSError):
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if state.get("bin_dir", "\0").encode() in cmdline:
-                os.killpg(pid, signal.SIGKILL)
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    base = _current()
-    if base is None:
-        print("no cluster is up")
-        return 0
-    _stop_supervisor(base)
-    (RUN_ROOT / "current").unlink(missing_ok=True)
-    if args.keep:
-        print(f"cluster down; logs kept in {base / 'logs'}")
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-        print("cluster down")
-    return 0
-
-
-def _processes_with_run_id(run_id: str) -> list[tuple[int, str]]:
-    marker = f"{RUN_ID_ENV}={run_id}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append((int(proc.name), cmd.strip()))
-    return found
-
-
-def _cmd_leftovers(args: argparse.Namespace) -> int:
-    """Processes that inherited GPUROSTER_RUN_ID=<id> and still run: report, kill, fail."""
-    left = [(pid, cmd) for pid, cmd in _processes_with_run_id(args.run_id) if cmd]
-    if not left:
-        print(f"no process left behind (run {args.run_id})")
-        return 0
-    print(f"processes left behind by run {args.run_id}:", file=sys.stderr)
-    for pid, cmd in left:
-        print(f"  {pid} {cmd[:200]}", file=sys.stderr)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    return 1
-
-
-def _cmd_show(key: str) -> int:
-    base = _current()
-    state = _read_state(base) if base else {}
-    if not state or not (base and (base / "ready").is_file()):
-        print("no cluster is up (run `make cluster-up`)", file=sys.stderr)
-        return 1
-    print(state[key] if key != "status" else json.dumps(state, indent=2))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "serve"):
-        p = sub.add_parser(name)
-        p.add_argument("--nodes", type=int, default=4)
-        p.add_argument("--gpus-per-node", type=int, default=8)
-        p.add_argument("--extender-port", type=int, default=0)
-        p.add_argument("--no-node-cache", action="store_true",
-                       help="extender gets full Node objects (nodeCacheCapable: false)")
-        p.add_argument("--timeout", type=float, default=180.0)
-        p.add_argument("--dir", required=name == "serve",
-                       help="state directory (default: a new /tmp/gpuroster-cluster-*)")
-    down = sub.add_parser("down")
-    down.add_argument("--keep", action="store_true", help="keep the logs")
-    sub.add_parser("kubeconfig")
-    sub.add_parser("extender-port")
-    sub.add_parser("status")
-    left = sub.add_parser("leftovers", help="fail if processes of a run are still alive")
-    left.add_argument("--run-id", default=os.environ.get(RUN_ID_ENV, ""))
-    args = parser.parse_args(argv)
-    if args.cmd == "up":
-        return _cmd_up(args)
-    if args.cmd == "serve":
-        return _cmd_serve(args)
-    if args.cmd == "down":
-        return _cmd_down(args)
-    if args.cmd == "leftovers":
-        if not args.run_id:
-            parser.error(f"--run-id or ${RUN_ID_ENV} is required")
-        return _cmd_leftovers(args)
-    return _cmd_show({"kubeconfig": "kubeconfig", "extender-port": "extender_port",
-                      "status": "status"}[args.cmd])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

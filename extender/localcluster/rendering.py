@@ -1,16 +1,28 @@
 """Files a cluster's processes read: kubeconfigs and the kube-scheduler
-configuration rendered from ``deploy/scheduler/scheduler-config.yaml``."""
+configuration rendered from the packaged ``scheduler-config.yaml`` (a copy of
+the reference ``deploy/scheduler/scheduler-config.yaml``; a unit test keeps
+them equal), and the KWOK stages in ``stages/``. Both are package data, found
+with importlib.resources, so an installed gpuroster needs no checkout."""
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEDULER_TEMPLATE = REPO / "deploy" / "scheduler" / "scheduler-config.yaml"
-STAGES_DIR = REPO / "e2e" / "stages"
+
+def data(name: str) -> Path:
+    """A file or folder shipped in this package, as a path on disk."""
+    found = importlib.resources.files("extender.localcluster") / name
+    if not isinstance(found, Path):  # a zipped install: the processes need real files
+        raise RuntimeError(f"extender.localcluster is not installed as files ({found})")
+    return found
+
+
+SCHEDULER_TEMPLATE = data("scheduler-config.yaml")
+STAGES_DIR = data("stages")
 
 
 def kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> Path:
