@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender import benchmarking, replay, scenarios
+from extender import replay, scenarios
 from extender.planner import legality, metrics, model, simulating
 from extender.replay import Replay, peers
 
@@ -152,9 +152,8 @@ def main(args: argparse.Namespace) -> int:
     except scenarios.ScenarioError as e:
         print(f"gpuroster bench: {e}", file=sys.stderr)
         return 2
-    wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if args.policies == ",".join(benchmarking.DEFAULT_POLICIES):
-        wanted = ["fifo", "gpuroster"]  # the simulator's policies a peer runs as they are
+    # by default the two peers the simulator runs as they are
+    wanted = [p.strip() for p in (args.policies or "fifo,gpuroster").split(",") if p.strip()]
     known = peers.names()
     bad = [p for p in wanted if p not in known]
     if bad:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from extender import benchmarking, replay, reporting, scenarios
+from extender import replay, reporting, results, scenarios
 from extender.planner import legality, metrics, model, simulating
 
 
@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
         f"{s.step_minutes} min replayed at {S:g} s each; fifo first, then gpuroster."
     )
     started = time.time()
-    rows: list[benchmarking.Row] = []
+    rows: list[results.Row] = []
     replay.exit_on_termination()  # before the local cluster chains its own handlers
     print(
         "  starting the local control plane (etcd, kube-apiserver, controller-manager, "
@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
         print("\ninterrupted: everything started by the demo has been stopped", file=sys.stderr)
         return 130
     print()
-    print(benchmarking.format_table(rows))
+    print(results.format_table(rows))
     fifo, ours = rows[0].metrics, rows[1].metrics
     print(
         f"\ngpuroster vs fifo on the cluster: utilization {ours.utilization:.1f}% vs "
@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _run(
     s: model.Scenario, policy: str, kubeconfig: str, port: int, S: float, out: Path
-) -> benchmarking.Row:
+) -> results.Row:
     print(f"\n== {policy} ==", flush=True)
     totals = {"useful": 0, "value": 0.0, "steps": 0}
 
@@ -132,6 +132,4 @@ def _run(
     for p in problems:
         print(f"  illegal: {p}")
     run = simulating.Run(s, policy, rep.grid, rep.names)
-    return benchmarking.Row(
-        s, policy, metrics.compute(s, rep.grid), benchmarking.percentiles_ms([]), run
-    )
+    return results.Row(s, policy, metrics.compute(s, rep.grid), results.percentiles_ms([]), run)

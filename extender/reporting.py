@@ -1,4 +1,6 @@
-"""Pictures and the markdown report of a benchmark run (matplotlib, headless)."""
+"""Pictures and the markdown report of a benchmark run (matplotlib, headless).
+
+Builds on `results` only; the bench commands and the demo call it."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
+from extender import results  # noqa: E402
+
 if TYPE_CHECKING:
-    from extender.benchmarking import Row
+    from extender.results import Row
 
 
 def _colours(n: int, services: int) -> ListedColormap:
@@ -102,16 +106,14 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
     plt.close(fig)
     written.append(path)
 
-    from extender import benchmarking
-
     md = [
         "# gpuroster benchmark",
         "",
         "```",
-        benchmarking.format_table(rows),
+        results.format_table(rows),
         "```",
         "",
-        benchmarking.summary(rows),
+        results.summary(rows),
         "",
         "![summary](summary.png)",
         "",
