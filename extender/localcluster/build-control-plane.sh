@@ -11,6 +11,18 @@
 # and, in crds/, the ServiceMonitor CRD from the prometheus-operator module (the
 # chart's ServiceMonitor is validated against it). No Docker, no downloads but
 # the Go module proxy.
+#
+# Each binary gets the build metadata its official release sets where it changes
+# behaviour or what `--version` says: Kubernetes' version variables (as
+# hack/lib/version.sh sets them), helm's version, tree state and the Kubernetes
+# version it assumes without a cluster (derived from its client-go, as helm's
+# Makefile does; without it `helm template` assumes v1.20), kwok's version. The
+# module proxy carries no commit ids, so gitCommit stays unset.
+#
+# Binaries are reused by name; $BIN/.flags/<name> records the flags each was built
+# with, so a change of flags rebuilds that binary alone (a relink, mostly: the Go
+# build cache keeps the compiled packages). A binary built before these stamps is
+# reused when its flags are the ones this script used then.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -36,6 +48,18 @@ mkdir -p "$BIN" "$CACHE/src"
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 have() { [[ -x "$BIN/$1" ]]; }
+# fresh NAME FLAGS [LEGACY]: NAME is built, with FLAGS. LEGACY: the flags this script
+# used before it kept stamps; a binary without a stamp was built with those.
+fresh() {
+  local stamp="$BIN/.flags/$1"
+  have "$1" || return 1
+  if [[ ! -f "$stamp" ]]; then
+    [[ "$2" == "${3-}" ]] || return 1
+    stamp "$1" "$2"
+  fi
+  [[ "$(cat "$stamp")" == "$2" ]]
+}
+stamp() { mkdir -p "$BIN/.flags" && printf '%s\n' "$2" > "$BIN/.flags/$1"; }
 started=$(date +%s)
 
 staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go
@@ -47,7 +71,8 @@ staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
   sample-controller streaming)
 
 build_etcd() {
-  have etcd && return 0
+  local ld="-s -w"
+  fresh etcd "$ld" "$ld" && return 0
   local dir="$CACHE/src/etcd-$ETCD_VERSION"
   mkdir -p "$dir"
   cat > "$dir/go.mod" <<MOD
@@ -66,14 +91,24 @@ import _ "go.etcd.io/etcd/server/v3"
 GO
   log "etcd $ETCD_VERSION"
   (cd "$dir" && go mod tidy >/dev/null 2>&1 || go mod download all)
-  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+  (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+  stamp etcd "$ld"
 }
 
 build_k8s() {
-  local missing=0
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do have "$b" || missing=1; done
-  [[ $missing == 0 ]] && return 0
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local vpkg=k8s.io/component-base/version
+  local cpkg=k8s.io/client-go/pkg/version
+  local ld="-s -w"
+  for p in $vpkg $cpkg; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  local missing=0 b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    fresh "$b" "$ld" "$ld" || missing=1
+  done
+  [[ $missing == 0 ]] && return 0
   local staging_version="v0.${K8S_VERSION#v1.}"
   local dir="$CACHE/src/k8s-$K8S_VERSION"
   mkdir -p "$dir"
@@ -96,44 +131,56 @@ import (
 GO
   log "kubernetes $K8S_VERSION (staging $staging_version): module graph"
   (cd "$dir" && go mod tidy)
-  local vpkg=k8s.io/component-base/version
-  local cpkg=k8s.io/client-go/pkg/version
-  local ld="-s -w"
-  for p in $vpkg $cpkg; do
-    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
   log "kubernetes $K8S_VERSION: compiling (many minutes cold on 2 cores)"
   (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$BIN/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do stamp "$b" "$ld"; done
 }
 
 build_kwok() {
-  have kwok && return 0
+  local ld="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+  fresh kwok "$ld" "$ld" && return 0
   log "kwok $KWOK_VERSION"
-  GOBIN="$BIN" go install -trimpath \
-    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
-    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  GOBIN="$BIN" go install -trimpath -ldflags "$ld" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  stamp kwok "$ld"
+}
+
+# helm's Makefile: K8S_MODULES_MAJOR_VER = client-go's major + 1, MINOR = its minor.
+helm_kube_version() {
+  local gomod v
+  gomod=$(cd "$CACHE/src" && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  v=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v\([0-9]*\)\.\([0-9]*\)\..*/\1 \2/p' "$gomod")
+  [[ -n "$v" ]] || { log "no k8s.io/client-go in $gomod"; return 1; }
+  echo "$(( ${v% *} + 1 )) ${v#* }"
 }
 
 build_helm() {
-  have helm && return 0
-  log "helm $HELM_VERSION"
-  GOBIN="$BIN" go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  local kube major minor h=helm.sh/helm/v3
+  kube=$(helm_kube_version)
+  major=${kube% *}; minor=${kube#* }
+  local ld="-s -w -X $h/internal/version.version=$HELM_VERSION -X $h/internal/version.metadata="
+  ld+=" -X $h/internal/version.gitTreeState=clean"
+  for p in $h/pkg/lint/rules $h/pkg/chartutil; do
+    ld+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
+  done
+  fresh helm "$ld" "-s -w -X $h/internal/version.version=$HELM_VERSION" && return 0
+  log "helm $HELM_VERSION (assumes Kubernetes v$major.$minor without a cluster)"
+  GOBIN="$BIN" go install -trimpath -ldflags "$ld" "$h/cmd/helm@$HELM_VERSION"
+  stamp helm "$ld"
 }
 
 build_prometheus() {
   local out="$BIN/prometheus-$PROMETHEUS_VERSION"
-  [[ -x "$out" ]] && return 0
+  fresh "prometheus-$PROMETHEUS_VERSION" "-s -w" "-s -w" && return 0
   log "prometheus $PROMETHEUS_VERSION"
   local tmp="$CACHE/src/prometheus-$PROMETHEUS_VERSION"
   mkdir -p "$tmp"
   GOBIN="$tmp" go install -trimpath -tags "remove_all_sd,netgo" -ldflags "-s -w" \
     "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
   mv "$tmp/prometheus" "$out"
+  stamp "prometheus-$PROMETHEUS_VERSION" "-s -w"
 }
 
 fetch_crds() {
