@@ -13,6 +13,7 @@ def test_defaults() -> None:
     assert s.priority_classes == {"critical": 8, "high": 4, "normal": 2, "low": 1}
     assert s.namespaces == ()
     assert s.max_wait_steps == 48
+    assert s.service_level == 0.99
 
 
 def test_env_and_flags() -> None:
@@ -20,12 +21,13 @@ def test_env_and_flags() -> None:
            "GPUROSTER_NAMESPACES": "a, b", "GPUROSTER_PRIORITY_CLASSES": '{"x": 3}',
            "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
            "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000",
-           "GPUROSTER_MAX_WAIT_STEPS": "6"}
-    s = config.load(["--port", "9100"], env=env)
+           "GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_SERVICE_LEVEL": "0.95"}
+    s = config.load(["--port", "9100", "--service-level", "0.999"], env=env)
     assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
     assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
     assert s.duration_steps(3.0) == 2 and s.steps_per_day() == 43200
     assert s.max_wait_steps == 6
+    assert s.service_level == 0.999  # the flag over the environment
 
 
 @pytest.mark.parametrize(("env", "needle"), [
@@ -41,6 +43,10 @@ def test_env_and_flags() -> None:
     ({"GPUROSTER_LEADER_ELECT": "maybe"}, "GPUROSTER_LEADER_ELECT"),
     ({"GPUROSTER_MAX_WAIT_STEPS": "0"}, "GPUROSTER_MAX_WAIT_STEPS"),
     ({"GPUROSTER_MAX_WAIT_STEPS": "2.5"}, "GPUROSTER_MAX_WAIT_STEPS"),
+    ({"GPUROSTER_SERVICE_LEVEL": "1"}, "GPUROSTER_SERVICE_LEVEL: must be a share"),
+    ({"GPUROSTER_SERVICE_LEVEL": "0"}, "GPUROSTER_SERVICE_LEVEL"),
+    ({"GPUROSTER_SERVICE_LEVEL": "99%"}, "GPUROSTER_SERVICE_LEVEL"),
+    ({"GPUROSTER_SERVICE_LEVEL": "nan"}, "GPUROSTER_SERVICE_LEVEL"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
     with pytest.raises(config.ConfigError, match=needle):
