@@ -690,10 +690,12 @@ def test_prometheus_rule_fires_when_a_service_is_below_its_objective() -> None:
     (alert,) = group["rules"]
     assert alert["alert"] == "GpurosterServiceBelowObjective"
     assert alert["for"] == "1h" and alert["labels"]["severity"] == "warning"
+    # One-to-one on every label: a ServiceMonitor renames the metrics' `service` label
+    # to `exported_service`, and an on(..., service) list would then match many to many.
     expr = " ".join(alert["expr"].split())
-    assert expr.startswith("gpuroster_realtime_service_level <")
-    assert expr.endswith("gpuroster_realtime_service_level_objective")
-    assert "{{ $labels.service }}" in alert["annotations"]["summary"]
+    assert expr == ("gpuroster_realtime_service_level"
+                    " < gpuroster_realtime_service_level_objective")
+    assert "{{ or $labels.exported_service $labels.service }}" in alert["annotations"]["summary"]
 
 
 def test_service_level_reaches_the_extender() -> None:
