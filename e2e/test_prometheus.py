@@ -16,6 +16,7 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -52,38 +53,55 @@ class Gauge:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
-@pytest.fixture
-def prometheus(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, Gauge]]:
+@contextmanager
+def running_prometheus(cluster: Cluster, tmp_path: Path, targets: dict[str, str],
+                       rules: dict[str, Any] | None = None) -> Iterator[str]:
+    """A Prometheus scraping `targets` (job -> host:port) every second, with `rules`
+    (a rule file's content) evaluated every second; yields its URL."""
     found = sorted(cluster.bin_dir.glob("prometheus-*"))
     if not found:
         pytest.fail(f"no prometheus in {cluster.bin_dir}: run `gpuroster cluster build`")
-    gauge = Gauge(3)
     port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "demand",
-                            "static_configs": [{"targets": [f"127.0.0.1:{gauge.port}"]}]}],
-    }))
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
+                           for job, target in targets.items()],
+    }
+    if rules is not None:
+        (tmp_path / "rules.yml").write_text(json.dumps(rules))
+        config["rule_files"] = [str(tmp_path / "rules.yml")]
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
     log = (tmp_path / "prometheus.log").open("wb")
     proc = subprocess.Popen(
-        [str(found[-1]), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+        [str(found[-1]), f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT)
     try:
-        def scraped() -> bool:
-            q = urllib.parse.urlencode({"query": 'demand_gpus{job="demand"}'})
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=2) as r:
-                    return bool(json.loads(r.read())["data"]["result"])
-            except OSError:
-                return False
-
-        wait_for(scraped, 30, "Prometheus to scrape the gauge")
-        yield url, gauge
+        yield f"http://127.0.0.1:{port}"
     finally:
         processes.stop_process(proc)
         log.close()
+
+
+def instant(url: str, query: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=2) as r:
+            return list(json.loads(r.read())["data"]["result"])
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def prometheus(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, Gauge]]:
+    gauge = Gauge(3)
+    try:
+        with running_prometheus(cluster, tmp_path,
+                                {"demand": f"127.0.0.1:{gauge.port}"}) as url:
+            wait_for(lambda: instant(url, 'demand_gpus{job="demand"}'), 30,
+                     "Prometheus to scrape the gauge")
+            yield url, gauge
+    finally:
         gauge.httpd.shutdown()
 
 
@@ -123,5 +141,46 @@ def test_a_deployment_follows_demand_read_from_a_real_prometheus(
         print(f"[e2e] broken query: {said[0]}")
         assert any("gpuroster.io/demand-query" in m and "parse error" in m for m in said), said
         assert replicas("broken") == 1  # its replicas are left as they are
+    finally:
+        ext.stop()
+
+
+def test_the_charts_alert_fires_when_a_service_falls_below_its_objective(
+        cluster: Cluster, api_client: Any, core: Any, namespace: str, tmp_path: Path) -> None:
+    """The chart's PrometheusRule, rendered and loaded into a real Prometheus scraping
+    gpuroster serve: a service whose demand runs above its curve falls below its
+    objective, and GpurosterServiceBelowObjective fires for it."""
+    from kubernetes import client
+
+    from tests.helm import rendering
+
+    rule = rendering.template({"metrics": {"prometheusRule": {"enabled": True, "for": "2s"}}},
+                              namespace="gpu-system").all("PrometheusRule")[0]
+    apps = client.AppsV1Api(api_client)
+    ext = Extender(cluster, namespace, tmp_path)
+    ext.start()
+    try:
+        core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": "chat-demand"}, "data": {"curve": "[2]"}})
+        apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
+            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
+            "gpuroster.io/service-level": "0.99"}))
+        with running_prometheus(cluster, tmp_path,
+                                {"gpuroster": f"127.0.0.1:{cluster.extender_port}"},
+                                {"groups": rule["spec"]["groups"]}) as url:
+            svc = f"{namespace}/chat"
+            wait_for(lambda: instant(url, f'gpuroster_realtime_service_level_objective'
+                                          f'{{service="{svc}"}}'), 30,
+                     "Prometheus to scrape the objective")
+            assert not instant(url, 'ALERTS{alertname="GpurosterServiceBelowObjective"}')
+            since = int(ext.get("/plan")["step"])
+            core.patch_namespaced_config_map("chat-demand", namespace, {"data": {
+                "observed": json.dumps([2] * since + [5] * 1000)}})
+            firing = wait_for(
+                lambda: instant(url, 'ALERTS{alertname="GpurosterServiceBelowObjective",'
+                                     'alertstate="firing"}'),
+                40, "the alert to fire")
+            assert firing[0]["metric"]["service"] == svc, firing
+            print(f"[e2e] GpurosterServiceBelowObjective firing for {svc}")
     finally:
         ext.stop()
