@@ -8,8 +8,9 @@
 # Binaries: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, kwok, helm; prometheus (for the PromQL demand source; built without
 # service-discovery plugins or web UI assets, the HTTP API is all the tests use);
-# and, in crds/, the ServiceMonitor CRD from the prometheus-operator module (the
-# chart's ServiceMonitor is validated against it). No Docker, no downloads but
+# kueue (a replay peer); and, in crds/, the ServiceMonitor CRD from the
+# prometheus-operator module (the chart's ServiceMonitor is validated against it)
+# and Kueue's CRDs from its module. No Docker, no downloads but
 # the Go module proxy.
 #
 # Each binary gets the build metadata its official release sets where it changes
@@ -32,6 +33,9 @@ HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 # Prometheus v3.X.Y is the Go module github.com/prometheus/prometheus v0.3XX.Y.
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
+# Kueue, a replay peer (`gpuroster bench --policies kueue`): v0.17.0 is the one 0.17
+# release the module proxy serves.
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 
 CACHE="${GPUROSTER_CACHE:-$HOME/.cache/gpuroster}"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -196,12 +200,33 @@ fetch_crds() {
   chmod u+w "$out.tmp" && mv "$out.tmp" "$out"
 }
 
+# Kueue's manager and its CRDs (config/components/crd/bases of the same module), for
+# the replay peers `kueue` and `kueue-reactive`: bin/kueue-<version>, crds/kueue-<version>/.
+build_kueue() {
+  local name="kueue-$KUEUE_VERSION" crds="$BIN/crds/kueue-$KUEUE_VERSION"
+  local ld="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  fresh "$name" "$ld" "$ld" && [[ -d "$crds" ]] && return 0
+  log "kueue $KUEUE_VERSION"
+  local tmp="$CACHE/src/kueue-$KUEUE_VERSION"
+  mkdir -p "$tmp"
+  GOBIN="$tmp" go install -trimpath -ldflags "$ld" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  local dir
+  dir=$(cd "$CACHE/src" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$crds.tmp" && mkdir -p "$crds.tmp"
+  cp "$dir"/config/components/crd/bases/*.yaml "$crds.tmp/"
+  chmod -R u+w "$crds.tmp" && rm -rf "$crds" && mv "$crds.tmp" "$crds"
+  mv "$tmp/kueue" "$BIN/$name"
+  stamp "$name" "$ld"
+}
+
 build_etcd
 build_kwok
 build_helm
 build_k8s
 build_prometheus
 fetch_crds
+build_kueue
 
 elapsed=$(( $(date +%s) - started ))
 log "all binaries in $BIN (${elapsed}s this run)"
