@@ -30,6 +30,8 @@ from extender.replay.peers import Context, Peer
 # From submitting the scenario to step 0: the extender starts (about 2 s), syncs and
 # scales the services, and their first replicas bind before step 0's sample.
 START_SLACK_SECONDS = 5.0
+# The sample of step t, as a fraction of the step.
+SAMPLE_AT = 0.85
 
 
 @dataclass
@@ -48,6 +50,10 @@ class Replay:
     extender_log: str = ""
     churn: dict[str, list[int]] = field(default_factory=dict)  # service -> pods in+out per step
     samples: list[readback.Sample] = field(default_factory=list)
+    # job index per cell where a pod held GPUs while its gang did not all run
+    # (allocated, not useful: empty in `grid`); None for peers that never do that
+    held: np.ndarray | None = None
+    setup: dict[str, Any] = field(default_factory=dict)  # what the peer ran, for the result
 
 
 def exit_on_termination() -> None:
@@ -124,16 +130,28 @@ def play(
         # extender plans nothing there, so its first plan for step t is the first to
         # see them, as in the simulator.
         tail = config.quiet_tail_seconds(S)
-        for t in range(T):
-            _sleep_until(t0 + t * S - 0.9 * tail)
+
+        def submit(t: int) -> None:
             for j in by_arrival.get(t, []):
                 submitted.add(j.name)
                 peer.submit(ctx, j, t)
-            _sleep_until(t0 + t * S + 0.85 * S)
+
+        if peer.after_sample:
+            _sleep_until(t0 - (1 - SAMPLE_AT) * S)
+            submit(0)
+        for t in range(T):
+            if not peer.after_sample:
+                _sleep_until(t0 + t * S - 0.9 * tail)
+                submit(t)
+            _sleep_until(t0 + t * S + SAMPLE_AT * S)
             samples.append(readback.sample(core, namespace, t, s))
             peer.drive(ctx, t)
-            world.schedule_ends(core, namespace, s, t0, S, readback.first_bound(samples),
-                                ctx.notes)
+            if peer.after_sample:
+                world.end_now(core, namespace, s, t, readback.gang_starts(s, samples), ctx.notes)
+                submit(t + 1)
+            else:
+                world.schedule_ends(core, namespace, s, t0, S, readback.first_bound(samples),
+                                    ctx.notes)
             peer.check(ctx, t)
             if progress:
                 progress(t + 1, T)
@@ -148,7 +166,8 @@ def play(
     extender_log = peer.log_tail()
     names = [j.name for j in s.jobs] + [v.name for v in s.services]
     notes = ctx.notes
-    grid, starts, ends = readback.rebuild(s, pods, samples, t0, S, notes, peer.block_of)
+    back = peer.read_back(s, pods, samples, t0, S, notes)
+    grid, starts, ends = back.grid, back.starts, back.ends
     out = Replay(
         s,
         peer.name,
@@ -162,6 +181,8 @@ def play(
         extender_log,
         readback.pod_churn(samples, [v.name for v in s.services]),
         samples,
+        back.held,
+        dict(ctx.setup),
     )
     peer.cleanup(ctx)
     world.wipe(core, apps, namespace)

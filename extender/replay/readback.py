@@ -3,9 +3,10 @@
 Peer-independent: it reads pods by the labels `world` defines (who created
 them does not matter), so a gang is bound when `world.gang_shape` pods of it
 are, whatever object made them. A sample also keeps every bound job pod
-(`Sample.job_pods`), so a gang whose pods did not all run stays visible: today
-the rebuild notes it ("partial gang") and draws only whole gangs; a peer that
-can leave gangs partial can count those pods as allocated but not useful.
+(`Sample.job_pods`, those still holding GPUs), so a gang whose pods did not all
+run stays visible: `rebuild` notes it ("partial gang") and draws only whole
+gangs; `rebuild_from_pods`, for peers that can leave gangs partial, draws every
+pod and counts a partial gang's GPUs as held: allocated, not useful.
 
 Where a job's GPUs are is the admission block annotation (`gpuroster.io/block`,
 the adapter's public contract) by default; a peer whose scheduler writes none
@@ -33,8 +34,20 @@ class Sample:
     service_pods: dict[str, list[tuple[str, str]]]  # service -> [(pod uid, node)]
     bound_jobs: set[str] = field(default_factory=set)  # jobs whose whole gang is bound
     done_jobs: set[str] = field(default_factory=set)  # jobs whose pods all finished
-    # job -> [(pod uid, node)] of its bound pods, whole gangs or not
+    # job -> [(pod uid, node)] of its pods holding GPUs (bound, not finished, not
+    # being deleted), whole gangs or not
     job_pods: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+@dataclass
+class Rebuilt:
+    """A replay's grid: `grid` holds what ran (jobs whose whole gang runs, services);
+    `held`, if any, the job holding each GPU whose gang does not all run."""
+
+    grid: np.ndarray
+    starts: dict[str, int]
+    ends: dict[str, int]
+    held: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -96,10 +109,11 @@ def sample(core: Any, ns: str, t: int, s: model.Scenario) -> Sample:
         if labels.get(world.BENCH_LABEL) == "job":
             job = labels.get(world.JOB_LABEL, "")
             gangs.setdefault(job, []).append(bool(p.spec.node_name))
-            if p.spec.node_name:
-                placed.setdefault(job, []).append((p.metadata.uid, p.spec.node_name))
             phase = p.status.phase if p.status else None
-            finished.setdefault(job, []).append(phase in ("Succeeded", "Failed"))
+            over = phase in ("Succeeded", "Failed")
+            if p.spec.node_name and not over and p.metadata.deletion_timestamp is None:
+                placed.setdefault(job, []).append((p.metadata.uid, p.spec.node_name))
+            finished.setdefault(job, []).append(over)
             continue
         app = labels.get("app")
         if app in out and p.spec.node_name and p.metadata.deletion_timestamp is None:
@@ -254,3 +268,120 @@ def _finished_at(pod: Any) -> float | None:
         if times:
             return max(world.ts(x) for x in times)
     return None
+
+
+def gang_starts(s: model.Scenario, samples: list[Sample]) -> dict[str, int]:
+    """The step each job's whole gang first held its GPUs: every one of its pods running."""
+    g = s.cluster.gpus_per_node
+    out: dict[str, int] = {}
+    for smp in samples:
+        for j in s.jobs:
+            if j.name not in out and len(smp.job_pods.get(j.name, [])) >= world.gang_shape(j, g)[0]:
+                out[j.name] = smp.step
+    return out
+
+
+def _free_for(occ: np.ndarray, gpus: list[int], steps: list[int]) -> bool:
+    return bool(np.all(occ[np.ix_(gpus, steps)] == -1))
+
+
+def rebuild_from_pods(s: model.Scenario, samples: list[Sample], notes: list[str]) -> Rebuilt:
+    """The grid from the samples alone, for peers whose scheduler writes no block.
+
+    Kubernetes gives pods no GPU index, so each job pod is drawn on the lowest run
+    of GPUs of its node free for its whole life (apart, with a note, if there is no
+    such run), services as `rebuild` draws them. A job starts in the first step all
+    of its pods run; its cells are in `grid` for the steps of its duration in which
+    they all run, and in `held` (allocated, not useful) for every other step a pod
+    of it holds GPUs. A gang on nodes that are not consecutive is drawn where it ran:
+    the legality check names the rule broken.
+    """
+    G, N, T = s.cluster.gpus_per_node, s.cluster.gpus, s.duration_steps
+    node_index = {f"{world.NODE_PREFIX}{i}": i for i in range(s.cluster.nodes)}
+    index = {j.name: i for i, j in enumerate(s.jobs)}
+    jobs = {j.name: j for j in s.jobs}
+    starts = gang_starts(s, samples)
+    useful: dict[str, set[int]] = {}
+    for name, start in starts.items():
+        j = jobs[name]
+        need = world.gang_shape(j, G)[0]
+        useful[name] = {
+            smp.step for smp in samples
+            if start <= smp.step < start + j.duration_steps
+            and len(smp.job_pods.get(name, [])) >= need
+        }
+    lives: dict[str, tuple[str, str, list[int]]] = {}  # uid -> (job, node, steps)
+    for smp in samples:
+        for job, pods in smp.job_pods.items():
+            for uid, node in pods:
+                lives.setdefault(uid, (job, node, []))[2].append(smp.step)
+    occ = np.full((N, T), -1, dtype=np.int32)
+    grid = np.full((N, T), -1, dtype=np.int32)
+    held = np.full((N, T), -1, dtype=np.int32)
+    for _uid, (job, node, steps) in sorted(lives.items(), key=lambda x: (x[1][2][0], x[1][0],
+                                                                          x[0])):
+        i, k = node_index.get(node), index.get(job)
+        if i is None or k is None:
+            continue
+        gpus = world.gang_shape(s.jobs[k], G)[1]
+        base = i * G
+        spot = next((list(range(base + o, base + o + gpus)) for o in range(G - gpus + 1)
+                     if _free_for(occ, list(range(base + o, base + o + gpus)), steps)), None)
+        if spot is None:
+            free = [g for g in range(base, base + G) if _free_for(occ, [g], steps)]
+            if len(free) >= gpus:
+                spot = free[:gpus]
+                notes.append(f"{job}: a pod on {node} drawn on GPUs {spot}, not one run")
+        if spot is None:
+            notes.append(f"{job}: no {gpus} GPUs of {node} free for a pod's whole life")
+            continue
+        for t in steps:
+            occ[spot, t] = k
+            if t in useful.get(job, ()):
+                grid[spot, t] = k
+            else:
+                held[spot, t] = k
+    for name in sorted(useful):
+        ran = len(useful[name])
+        if ran and ran != min(jobs[name].duration_steps, T - starts[name]):
+            notes.append(f"{name}: its whole gang ran {ran} of its "
+                         f"{jobs[name].duration_steps} steps")
+    if held.max(initial=-1) >= 0:
+        partial = sorted({s.jobs[int(x)].name for x in np.unique(held[held >= 0])})
+        notes.append(f"GPUs held by gangs not all running (allocated, not useful): "
+                     f"{', '.join(partial[:8])}{' ...' if len(partial) > 8 else ''}")
+    _draw_services(s, samples, occ, grid, node_index, notes)
+    ends = {n: st + jobs[n].duration_steps for n, st in starts.items() if st < T}
+    return Rebuilt(grid, {n: st for n, st in starts.items() if st < T}, ends, held)
+
+
+def _draw_services(s: model.Scenario, samples: list[Sample], occ: np.ndarray,
+                   grid: np.ndarray, node_index: dict[str, int], notes: list[str]) -> None:
+    """Service pods as `rebuild` draws them, around what `occ` holds, into both."""
+    G, nj = s.cluster.gpus_per_node, len(s.jobs)
+    lives: dict[str, tuple[int, str, list[int]]] = {}
+    for smp in samples:
+        for k, v in enumerate(s.services):
+            for uid, node in smp.service_pods.get(v.name, []):
+                lives.setdefault(uid, (k, node, []))[2].append(smp.step)
+    for _uid, (k, node, steps) in sorted(lives.items(), key=lambda x: (x[1][2][0], x[0])):
+        i = node_index.get(node)
+        if i is None:
+            continue
+        gpus = list(range(i * G + G - 1, i * G - 1, -1))
+        whole = next((g for g in gpus if _free_for(occ, [g], steps)), None)
+        if whole is not None:
+            occ[whole, steps] = nj + k
+            grid[whole, steps] = nj + k
+            continue
+        at = 0
+        while at < len(steps):
+            run = {g: _free_run(occ, g, steps, at) for g in gpus}
+            g = max(gpus, key=lambda x: run[x])
+            if run[g] == 0:
+                notes.append(f"{s.services[k].name}: no free GPU on {node} at step {steps[at]}")
+                at += 1
+                continue
+            occ[g, steps[at : at + run[g]]] = nj + k
+            grid[g, steps[at : at + run[g]]] = nj + k
+            at += run[g]

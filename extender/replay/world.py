@@ -290,3 +290,27 @@ def schedule_ends(
             )
         except ApiException as e:
             notes.append(f"{j.name}: could not set its completion time: {e.status}")
+
+
+def end_now(core: Any, ns: str, s: model.Scenario, t: int, started: dict[str, int],
+            notes: list[str]) -> None:
+    """For peers that act after the sample: right after step t's sample, end every job
+    whose last step was t (KWOK completes its pods at once: the time is already past),
+    so step t+1's sample sees its GPUs free and the peer has the rest of the step to
+    use them. Decided from the samples, not the clock: a late sample cannot miss a
+    job's last step."""
+    jobs = {j.name: j for j in s.jobs}
+    last = {n for n, st in started.items() if n in jobs and st + jobs[n].duration_steps - 1 == t}
+    if not last:
+        return
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for p in core.list_namespaced_pod(ns, label_selector=f"{BENCH_LABEL}=job").items:
+        name = (p.metadata.labels or {}).get(JOB_LABEL, "")
+        if name not in last or SIMULATED_RUNTIME in (p.metadata.annotations or {}):
+            continue
+        try:
+            core.patch_namespaced_pod(
+                p.metadata.name, ns, {"metadata": {"annotations": {SIMULATED_RUNTIME: now}}})
+        except ApiException as e:
+            if e.status != 404:
+                notes.append(f"{name}: could not end it: {e.status}")

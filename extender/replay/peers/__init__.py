@@ -7,10 +7,11 @@ Everything else is shared and peer-independent (`world`: nodes, namespace,
 completion of pods after their true duration; `readback`: samples, grid rebuild;
 `driving`: the clock), so the grids of all peers are read and scored the same way.
 
-Today's peers (`extender` module): `gpuroster` and `fifo`, a `gpuroster serve`
-process behind the local control plane's extender. A new peer is a new module
-in this package with a `PEERS` mapping (name -> factory), added to `_MODULES`
-below, or registered at run time with `register`.
+Today's peers: `gpuroster` and `fifo` (`extender` module), a `gpuroster serve`
+process behind the local control plane's extender; `default` (`stock`), the stock
+kube-scheduler alone; `kueue` and `kueue-reactive` (`kueue`), Kueue in front of it.
+A new peer is a new module in this package with a `PEERS` mapping (name ->
+factory), added to `_MODULES` below, or registered at run time with `register`.
 
 The call order, for one replay (`ctx.t0` is set before `start`):
 
@@ -22,7 +23,14 @@ The call order, for one replay (`ctx.t0` is set before `start`):
         drive(ctx, t)          after step t's sample: services for step t+1
         check(ctx, t)          raise if a process died that should not have
     stop()                     processes down (in a `finally`)
+    read_back(...)             the grid, from the samples (default: `readback.rebuild`)
     cleanup(ctx)               peer-specific objects gone (the namespace is wiped anyway)
+
+"Late in step t-1" is the extender's quiet tail by default (`after_sample` False):
+arrivals and job ends land there so gpuroster's boundary plan sees them. A peer
+with no plan to respect sets `after_sample`: what step t brings (arrivals, the
+GPUs of jobs whose last step was t-1) reaches the cluster right after step t-1's
+sample, so it has a whole step to act before step t's sample.
 
 Read-back contract (see `world`): job pods carry `BENCH_LABEL=job` and
 `JOB_LABEL=<job>`, service pods `BENCH_LABEL=service` and `app=<service>`,
@@ -57,6 +65,7 @@ class Context:
     extender_port: int  # where the control plane's kube-scheduler calls an extender
     t0: float = 0.0  # wall time of step 0's start
     notes: list[str] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)  # what the peer ran, for the result
 
 
 class Peer:
@@ -66,6 +75,8 @@ class Peer:
     # The kube-scheduler profile the peer's pods name (`spec.schedulerName`);
     # None: the cluster's default profile.
     scheduler_name: str | None = None
+    # Arrivals and job ends right after the previous step's sample, not in its tail.
+    after_sample: bool = False
 
     def setup(self, ctx: Context) -> None:
         """Objects that exist before step 0 (services, queues, priority classes)."""
@@ -100,11 +111,25 @@ class Peer:
         """Where job `name`'s GPUs are on the grid (see `readback.BlockReader`)."""
         return readback.admission_block(name, members, node_index, g, notes)
 
+    def read_back(
+        self, s: model.Scenario, pods: list[Any], samples: list[readback.Sample], t0: float,
+        S: float, notes: list[str],
+    ) -> readback.Rebuilt:
+        """The grid as the cluster ran it. Default: job blocks from `block_of`, whole
+        gangs only; a peer whose gangs can run partially reads pods instead
+        (`readback.rebuild_from_pods`, which also returns the GPUs they held)."""
+        grid, starts, ends = readback.rebuild(s, pods, samples, t0, S, notes, self.block_of)
+        return readback.Rebuilt(grid, starts, ends)
+
 
 Factory = Callable[[], Peer]
 
 # Modules holding built-in peers; each defines PEERS: dict[str, Factory].
-_MODULES = ("extender.replay.peers.extender",)
+_MODULES = (
+    "extender.replay.peers.extender",
+    "extender.replay.peers.stock",
+    "extender.replay.peers.kueue",
+)
 _registry: dict[str, Factory] = {}
 
 
