@@ -10,6 +10,7 @@
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
 #   make bench-slo       service level vs value on 100 wrong-forecast instances + the seven (~1 min)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
+#   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
@@ -32,7 +33,7 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status test test-unit test-e2e lint demo bench bench-slo bench-cluster
+        cluster-status test test-unit test-e2e lint demo bench bench-slo bench-cluster bench-peers
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -150,3 +151,13 @@ bench-full: venv
 # The seven scenarios replayed on the local control plane, fifo and gpuroster.
 bench-cluster: venv cluster-bin
 	$(VENV)/bin/gpuroster bench --cluster local --out out/bench-cluster
+
+# The seven replayed under the schedulers a cluster could run instead (the stock
+# kube-scheduler; Kueue v0.17.0, services at their peak or scaled reactively) beside
+# fifo and gpuroster, every one at 3 s a step (docs/benchmarks.md says why).
+PEERS_STEP_SECONDS ?= 3
+bench-peers: venv cluster-bin
+	$(VENV)/bin/gpuroster bench --cluster local --step-seconds $(PEERS_STEP_SECONDS) \
+		--policies fifo,default,kueue,kueue-reactive,gpuroster --out out/bench-peers \
+		training-heavy mixed-control fragmentation priority-inversion forecast-error \
+		uniform-priority scale-test

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender import replay, scenarios
-from extender.planner import legality, metrics, model, simulating
+from extender import replay, reporting, scenarios
+from extender.planner import legality, metrics, model, policies, simulating
 from extender.replay import Replay, peers
 
 UTIL_POINTS = 2.0  # agreement bounds of issue 5
@@ -32,21 +33,27 @@ class ClusterRow:
     scenario: model.Scenario
     policy: str
     cluster: metrics.Metrics
-    sim: metrics.Metrics
+    sim: metrics.Metrics | None  # None for a peer the simulator does not run
     replay: Replay
     illegal: list[str]
     seconds: float
 
     @property
     def util_gap(self) -> float:
-        return self.cluster.utilization - self.sim.utilization
+        return self.cluster.utilization - self.sim.utilization if self.sim else 0.0
 
     @property
     def value_gap(self) -> float:
-        return 100 * (self.cluster.value / self.sim.value - 1) if self.sim.value else 0.0
+        if self.sim is None or not self.sim.value:
+            return 0.0
+        return 100 * (self.cluster.value / self.sim.value - 1)
 
     @property
     def agrees(self) -> bool:
+        """Within the bounds of the simulator's run; a peer it does not run (the stock
+        scheduler, Kueue) is scored, rules broken included, not compared."""
+        if self.sim is None:
+            return True
         return (
             not self.illegal
             and abs(self.util_gap) <= UTIL_POINTS
@@ -85,21 +92,17 @@ def run(
     if progress:
         sys.stderr.write("\r" + " " * 80 + "\r")
     illegal = cluster_violations(s, rep)
-    sim = simulating.simulate(s, policy)
-    return ClusterRow(
-        s,
-        policy,
-        metrics.compute(s, rep.grid),
-        metrics.compute(s, sim.grid),
-        rep,
-        illegal,
-        time.time() - t,
+    sim = (
+        metrics.compute(s, simulating.simulate(s, policy).grid)
+        if policy in policies.names()
+        else None
     )
+    return ClusterRow(s, policy, metrics.compute(s, rep.grid), sim, rep, illegal, time.time() - t)
 
 
 def format_table(rows: list[ClusterRow]) -> str:
     head = (
-        f"{'scenario':19s} {'policy':10s} {'util%':>6s} {'Δpts':>6s} {'value':>8s} {'Δ%':>7s} "
+        f"{'scenario':19s} {'policy':14s} {'util%':>6s} {'Δpts':>6s} {'value':>8s} {'Δ%':>7s} "
         f"{'RT SL':>6s} {'done':>6s} {'sim util':>8s} {'gap':>6s} {'sim value':>9s} "
         f"{'gap':>7s} {'ok':>3s}"
     )
@@ -113,18 +116,22 @@ def format_table(rows: list[ClusterRow]) -> str:
             if base and base.cluster.value
             else "      -"
         )
-        lines.append(
-            f"{r.scenario.name:19s} {r.policy:10s} {m.utilization:6.1f} {dp} {m.value:8.0f} {dv} "
-            f"{100 * m.realtime_service_level:5.1f}% {m.jobs_completed:>3d}/{m.jobs_total:<2d} "
+        sim = (
             f"{r.sim.utilization:8.1f} {r.util_gap:+6.1f} {r.sim.value:9.0f} {r.value_gap:+6.1f}% "
-            f"{'yes' if r.agrees else 'NO':>3s}"
+            if r.sim
+            else f"{'-':>8s} {'-':>6s} {'-':>9s} {'-':>7s} "
+        )
+        lines.append(
+            f"{r.scenario.name:19s} {r.policy:14s} {m.utilization:6.1f} {dp} {m.value:8.0f} {dv} "
+            f"{100 * m.realtime_service_level:5.1f}% {m.jobs_completed:>3d}/{m.jobs_total:<2d} "
+            f"{sim}{'yes' if r.agrees else 'NO':>3s}"
         )
     return "\n".join(lines)
 
 
 def result_document(r: ClusterRow) -> dict[str, Any]:
     m = r.cluster
-    return {
+    doc: dict[str, Any] = {
         "version": 1,
         "scenario": r.scenario.name,
         "policy": r.policy,
@@ -139,9 +146,69 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
         # cap as the cluster can show it; `gpuroster check` judges it from here)
         "service_churn": r.replay.churn,
         "step_seconds": r.replay.step_seconds,
-        "simulator": {"utilization": r.sim.utilization, "value": r.sim.value},
         "notes": r.replay.notes + r.illegal,
     }
+    if r.sim is not None:
+        doc["simulator"] = {"utilization": r.sim.utilization, "value": r.sim.value}
+    if r.replay.held is not None:
+        # GPUs held for a gang whose pods did not all run: allocated, not useful (empty
+        # in `grid`, so worth nothing); docs/benchmarks.md, "The replay peers"
+        doc["held"] = [
+            [r.replay.names[i] if i >= 0 else None for i in row] for row in r.replay.held.tolist()
+        ]
+    if r.replay.setup:
+        doc["peer"] = r.replay.setup
+    return doc
+
+
+CONTENDED = ("training-heavy", "mixed-control", "priority-inversion", "fragmentation",
+             "forecast-error")
+
+
+def _cells(r: ClusterRow, fifo: ClusterRow | None) -> dict[str, float]:
+    m = r.cluster
+    held = r.replay.held
+    return {
+        "util": m.utilization,
+        "vs_fifo": 100 * (m.value / fifo.cluster.value - 1) if fifo and fifo.cluster.value else 0,
+        "rt": 100 * m.realtime_service_level,
+        "done": float(m.jobs_completed),
+        "p95": m.top_priority_p95_wait(),
+        "held": float((held >= 0).sum()) if held is not None else 0.0,
+        "illegal": float(len(r.illegal)),
+    }
+
+
+def peers_table(rows: list[ClusterRow]) -> str:
+    """Markdown, every policy side by side: utilization, value vs fifo, real-time service
+    level, jobs completed, p95 wait of the top priority, GPU-steps held by partial gangs
+    and model rules broken; then the mean over the five contended scenarios present."""
+    fifo = {r.scenario.name: r for r in rows if r.policy == "fifo"}
+    out = [
+        "| scenario | policy | util | value vs fifo | RT service level | jobs done | "
+        "p95 wait, top priority (steps) | held by partial gangs (GPU-steps) | rules broken |",
+        "|" + "---|" * 9,
+    ]
+    contended: dict[str, list[dict[str, float]]] = {}
+    for r in rows:
+        c = _cells(r, fifo.get(r.scenario.name))
+        if r.scenario.name in CONTENDED:
+            contended.setdefault(r.policy, []).append(c)
+        vs = f"{c['vs_fifo']:+.1f}%" if r.policy != "fifo" else ""
+        out.append(
+            f"| {r.scenario.name} | {r.policy} | {c['util']:.1f}% | {vs} | {c['rt']:.1f}% | "
+            f"{r.cluster.jobs_completed}/{r.cluster.jobs_total} | {c['p95']:.0f} | "
+            f"{c['held']:.0f} | {c['illegal']:.0f} |"
+        )
+    for p, cells in contended.items():
+        mean = {k: statistics.mean(c[k] for c in cells) for k in cells[0]}
+        vs = f"{mean['vs_fifo']:+.1f}%" if p != "fifo" else ""
+        out.append(
+            f"| mean of {len(cells)} contended | {p} | {mean['util']:.1f}% | {vs} | "
+            f"{mean['rt']:.1f}% | {mean['done']:.1f} | {mean['p95']:.1f} | {mean['held']:.0f} | "
+            f"{mean['illegal']:.1f} |"
+        )
+    return "\n".join(out)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -177,9 +244,9 @@ def main(args: argparse.Namespace) -> int:
                 (out / f"{s.name}.{p}.cluster.json").write_text(
                     json.dumps(result_document(r)) + "\n", encoding="utf-8"
                 )
+                sim = f" (sim {r.sim.utilization:.1f}%)" if r.sim else ""
                 sys.stderr.write(
-                    f"  {s.name} / {p}: {r.seconds:.0f}s, "
-                    f"util {r.cluster.utilization:.1f}% (sim {r.sim.utilization:.1f}%)\n"
+                    f"  {s.name} / {p}: {r.seconds:.0f}s, util {r.cluster.utilization:.1f}%{sim}\n"
                 )
 
     if args.kubeconfig:
@@ -188,6 +255,12 @@ def main(args: argparse.Namespace) -> int:
         with replay.local_cluster() as (kubeconfig, port):
             go(kubeconfig, port)
     print(format_table(rows))
+    if any(r.sim is None for r in rows):
+        table = peers_table(rows)
+        print("\n" + table)
+        (out / "peers.md").write_text(table + "\n", encoding="utf-8")
+        reporting.write_peer_grids(
+            [(r.scenario, r.policy, r.replay.grid, r.replay.held, r.cluster) for r in rows], out)
     disagree = [r for r in rows if not r.agrees]
     for r in rows:
         for note in (r.illegal + r.replay.notes)[:8]:

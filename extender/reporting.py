@@ -16,6 +16,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from extender import results  # noqa: E402
+from extender.planner import metrics, model  # noqa: E402
 
 if TYPE_CHECKING:
     from extender.results import Row
@@ -130,4 +131,43 @@ def write_report(rows: list[Row], out: Path) -> list[Path]:
     path = out / "report.md"
     path.write_text("\n".join(md), encoding="utf-8")
     written.append(path)
+    return written
+
+
+def write_peer_grids(
+    runs: list[tuple[model.Scenario, str, np.ndarray, np.ndarray | None, metrics.Metrics]],
+    out: Path,
+) -> list[Path]:
+    """One picture per scenario, every policy's cluster grid side by side; GPUs a peer
+    held for a gang whose pods did not all run are red (allocated, not useful)."""
+    by: dict[str, list[tuple[model.Scenario, str, np.ndarray, np.ndarray | None,
+                             metrics.Metrics]]] = {}
+    for r in runs:
+        by.setdefault(r[0].name, []).append(r)
+    written = []
+    for name, rs in by.items():
+        fig, axes = plt.subplots(1, len(rs), figsize=(4.2 * len(rs), 3.2), squeeze=False)
+        for ax, (s, policy, grid, held, m) in zip(axes[0], rs, strict=True):
+            n = len(s.jobs) + len(s.services)
+            cmap = _colours(n + 1, len(s.services))
+            ax.imshow(grid + 1, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0,
+                      vmax=n + 1)
+            if held is not None and (held >= 0).any():
+                mask = np.ma.masked_where(held < 0, np.ones_like(held))
+                ax.imshow(mask, aspect="auto", interpolation="nearest", cmap="autumn", vmin=0,
+                          vmax=1)
+            g = s.cluster.gpus_per_node
+            for k in range(1, s.cluster.nodes):
+                ax.axhline(k * g - 0.5, color="grey", linewidth=0.4)
+            ax.set_title(f"{policy}: {m.utilization:.1f}% util, value {m.value:.0f}", fontsize=8)
+            ax.set_xlabel("step", fontsize=7)
+            ax.set_ylabel("GPU", fontsize=7)
+            ax.tick_params(labelsize=6)
+        fig.suptitle(f"{name} on the cluster: a colour per job, services dark, GPUs held by "
+                     f"a partial gang red", fontsize=9)
+        fig.tight_layout()
+        path = out / f"{name}.peers.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
     return written
