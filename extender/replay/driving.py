@@ -118,6 +118,8 @@ def play(
     samples: list[readback.Sample] = []
     try:
         peer.start(ctx)
+        if time.time() > t0 - (1 - SAMPLE_AT) * S:
+            ctx.notes.append(f"{peer.name} was ready only {t0 - time.time():.1f} s before step 0")
         by_arrival: dict[int, list[model.Job]] = {}
         for j in s.jobs:
             by_arrival.setdefault(j.arrival_step, []).append(j)

@@ -351,13 +351,21 @@ class KueuePeer(stock.DefaultPeer):
         return super().service_replicas(ctx, v)
 
     def setup(self, ctx: Context) -> None:
+        """Kueue starts here, before the replay fixes step 0's time: its CRDs, the
+        manager and its objects take longer than the replay's start slack."""
         delete_jobs(ctx.api, ctx.namespace)  # a run killed before its cleanup leaves them
         super().setup(ctx)
-
-    def start(self, ctx: Context) -> None:
-        super().start(ctx)
         self._ctx = ctx
+        try:
+            self._start_kueue(ctx)
+        except BaseException:
+            if self.manager is not None:
+                self.manager.stop()
+            raise
+
+    def _start_kueue(self, ctx: Context) -> None:
         run = self.run_dir(ctx)
+        run.mkdir(parents=True, exist_ok=True)
         binaries = stock.bin_dir()
         health, webhook = stock.free_port(), stock.free_port()
         q = quota(ctx.scenario, self.reactive)
