@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 # make targets that take minutes or need the control plane: dry-run here.
-LONG_MAKE = {"demo", "test", "test-e2e", "bench-cluster", "bench-full", "cluster-bin",
+LONG_MAKE = {"demo", "test", "test-e2e", "bench-cluster", "bench-peers", "bench-full",
+             "cluster-bin",
              "cluster-up", "cluster-down", "cluster-kubeconfig", "cluster-extender-port",
              "lint", "audit", "soak", "bench", "venv"}
 # commands that need a running cluster or a container engine: covered elsewhere.
