@@ -1,7 +1,7 @@
 """The built wheel, installed outside the checkout, runs `gpuroster demo` to its table.
 
 The product must not reach into this repository at run time (it once imported
-e2e/cluster.py from the checkout): the wheel is built from the checkout,
+e2e/cluster.py from the checkout): the wheel is built from the checkout's files,
 installed into a fresh venv under a temporary directory, and the demo runs
 there with the temporary directory as its working directory. To stay within
 CI's budget the venv borrows the test venv's installed dependencies (a `.pth`
@@ -13,6 +13,7 @@ are the pinned ones (`GPUROSTER_BIN_DIR`), found by the installed package.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -62,8 +63,14 @@ def test_the_wheel_installed_outside_the_checkout_runs_the_demo(tmp_path: Path) 
     bin_dir = binaries_dir(build=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     started = time.monotonic()
+    # from a copy of what the wheel is made of: setuptools leaves build/ in the source tree
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "extender", src / "extender",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
     wheels = tmp_path / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)],
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
          tmp_path, env, 300)
     (wheel,) = wheels.glob("gpuroster-*.whl")
     target = tmp_path / "venv"
