@@ -1,14 +1,15 @@
 """The peers' table (`make bench-peers`' last output) from the result files of a run.
 
-    python bench/peers_table.py out/bench-peers
+    python bench/peers_table.py out/bench-peers [--pictures]
 
 Reads every `<scenario>.<policy>.cluster.json` in the directory, re-derives
 MODEL.md's metrics from each grid (as `gpuroster check` does) and prints the
 markdown table: utilization, value vs fifo, real-time service level, jobs
 completed, p95 wait of the top priority, GPU-steps held by partial gangs and
 model rules broken, per scenario and policy, then the mean over the five
-contended scenarios present. For a run stopped part way, or results gathered
-from several runs.
+contended scenarios present; with --pictures, also writes each scenario's
+grids side by side (`<scenario>.peers.png`) into the directory. For a run
+stopped part way, or results gathered from several runs.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from extender import scenarios
-from extender.planner import legality, metrics
+from extender import reporting, scenarios
+from extender.planner import legality, metrics, model
 
 CONTENDED = ("training-heavy", "mixed-control", "priority-inversion", "fragmentation",
              "forecast-error")
@@ -29,16 +30,23 @@ ORDER = ("fifo", "default", "kueue", "kueue-reactive", "gpuroster")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not Path(argv[0]).is_dir():
+    pictures = "--pictures" in argv
+    args = [a for a in argv if a != "--pictures"]
+    if len(args) != 1 or not Path(args[0]).is_dir():
         print(__doc__, file=sys.stderr)
         return 2
-    docs = [json.loads(p.read_text()) for p in sorted(Path(argv[0]).glob("*.cluster.json"))]
+    out = Path(args[0])
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.cluster.json"))]
+    docs.sort(key=lambda d: ORDER.index(d["policy"]) if d["policy"] in ORDER else 99)
     by: dict[str, dict[str, dict[str, float]]] = {}
+    runs: list[tuple[model.Scenario, str, np.ndarray, np.ndarray | None, metrics.Metrics]] = []
     for d in docs:
         s = scenarios.load(scenarios.resolve(d["scenario"]))
         grid, _ = metrics.index_grid(s, d["grid"])
         m = metrics.compute(s, grid)
         held = d.get("held")
+        held_grid = metrics.index_grid(s, held)[0] if held else None
+        runs.append((s, d["policy"], grid, held_grid, m))
         broken = legality.violations(s, grid, churn=d.get("service_churn"))
         by.setdefault(s.name, {})[d["policy"]] = {
             "util": m.utilization, "value": m.value, "rt": 100 * m.realtime_service_level,
@@ -69,6 +77,9 @@ def main(argv: list[str]) -> int:
         print(f"| mean of {len(cs)} contended | {p} | {mean['util']:.1f}% | {vs} | "
               f"{mean['rt']:.1f}% | {mean['done']:.1f} | {mean['p95']:.1f} | "
               f"{mean['held']:.0f} | {mean['broken']:.1f} |")
+    if pictures:
+        for path in reporting.write_peer_grids(runs, out):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
