@@ -28,6 +28,7 @@ was told (a scenario's, an explicit demand curve, or `forecasting.forecast`).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 DEFAULT_WINDOW = 24  # steps of error remembered: a day at hourly steps (callers pass a day)
@@ -102,3 +103,52 @@ def delivered(demand: Sequence[int], allocated: Sequence[int]) -> float | None:
         return None
     short = sum(max(0, d - a) for d, a in zip(demand, allocated, strict=True))
     return 1.0 - short / total
+
+
+def dilate(curve: Sequence[int], k: int, before: Sequence[int] = ()) -> list[int]:
+    """curve[j] raised to the most of curve[j-k .. j+k] (`before`: the steps ahead of
+    curve[0], oldest first; the curve's ends are held past its ends)."""
+    if k <= 0 or not curve:
+        return list(curve)
+    head = list(before[len(before) - k:]) if before else []
+    ext = [curve[0]] * (k - len(head)) + head + list(curve) + [curve[-1]] * k
+    n = len(curve)
+    out = ext[k : k + n]
+    for j in range(-k, k + 1):  # C-level maps: this runs per service on every re-plan
+        if j:
+            out = list(map(max, out, ext[k + j : k + j + n]))
+    return out
+
+
+def timing(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequence[int],
+           tolerance: int, window: int, evidence: float = 1.0) -> int:
+    """Steps of timing error to plan a service for: the forecast dilated by this many
+    steps each way (`dilate`) covers a peak that comes that much early or late.
+
+    A forecast's timing shows only where it moves: until the forecast paired with
+    demand over the last `window` steps has risen and fallen by `evidence` times its
+    swing ahead (the most less the least of `ahead`), nothing says when the peak comes,
+    and the answer is `tolerance`. After, the lag within +/-`tolerance` that best aligns
+    the forecast with the demand seen (least absolute error; ties to the smallest lag):
+    0 when the forecast came on time."""
+    if tolerance <= 0:
+        return 0
+    n = min(len(past_demand), len(past_forecast), window)
+    if n <= tolerance:
+        return tolerance
+    f = list(past_forecast[len(past_forecast) - n:])
+    swing = max(ahead[:window]) - min(ahead[:window]) if ahead else 0
+    moved = sum(map(abs, map(operator.sub, f[1:], f[:-1])))
+    if moved < evidence * swing or moved == 0:
+        return tolerance
+    d = past_demand[len(past_demand) - n:]
+    f += list(ahead[:tolerance])
+    best, best_err = 0, None
+    for lag in sorted(range(-tolerance, tolerance + 1), key=abs):
+        # demand early by `lag`: d[i] = f[i + lag]; only where both are known
+        lo, hi = max(0, -lag), min(n, len(f) - lag)
+        err = sum(map(abs, map(operator.sub, d[lo:hi], f[lo + lag : hi + lag])))
+        err = err * n / max(1, hi - lo)
+        if best_err is None or err < best_err:
+            best, best_err = abs(lag), err
+    return best

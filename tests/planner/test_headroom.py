@@ -96,3 +96,53 @@ def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
     ours = metrics.compute(s, simulating.simulate(s, "gpuroster").grid)
     assert ours.realtime_service_level >= fifo.realtime_service_level
     assert ours.value >= fifo.value
+
+
+# --- the peak's timing: a forecast dilated until the demand shows when the peak comes ---
+
+
+def test_dilate_holds_the_most_of_each_step_and_its_neighbours() -> None:
+    assert headroom.dilate([0, 0, 4, 0, 0], 1) == [0, 4, 4, 4, 0]
+    assert headroom.dilate([0, 0, 4, 0, 0], 0) == [0, 0, 4, 0, 0]
+    # the steps before the curve (the past forecast) reach into its first k steps
+    assert headroom.dilate([0, 0, 0], 2, before=[5, 1]) == [5, 1, 0]
+
+
+def test_timing_is_the_tolerance_until_a_swing_of_the_forecast_was_seen() -> None:
+    flat = [2] * 6  # night: the forecast has not moved, nothing says when the peak comes
+    assert headroom.timing(flat, flat, DAY, tolerance=3, window=24) == 3
+    assert headroom.timing([], [], DAY, tolerance=3, window=24) == 3
+    assert headroom.timing(DAY, DAY, DAY, tolerance=0, window=24) == 0
+
+
+def test_timing_learns_the_lag_of_a_peak_that_came_early_or_on_time() -> None:
+    told = DAY * 2
+    early = DAY[2:] + DAY + DAY[:2]  # demand two steps ahead of the forecast
+    assert headroom.timing(told[:12], told[:12], told[12:], tolerance=3, window=24) == 0
+    assert headroom.timing(early[:12], told[:12], told[12:], tolerance=3, window=24) == 2
+    late = DAY[-1:] + DAY + DAY[:-1]
+    assert headroom.timing(late[:12], told[:12], told[12:], tolerance=3, window=24) == 1
+
+
+def _early_peak(shift_hours: float) -> tuple[model.Scenario, np.ndarray]:
+    """8 GPUs, a service whose forecast peak (6 GPUs at hours 8-11) comes 3 hours early,
+    and a long 4-GPU job queued at step 0: lent out at once, it holds the GPUs the early
+    peak needs."""
+    told = [1] * 8 + [6] * 4 + [1] * 12
+    true = [1] * 5 + [6] * 4 + [1] * 15
+    s = model.Scenario(
+        "early-peak", "", model.Cluster(1, 8), 60, 24, 24,
+        (model.Job("long", "training", 4, 20, 20, 0, 1.0),),
+        (model.Service("chat", 4.0, 8, tuple(true), tuple(told), 0.99),),
+    )
+    run = simulating.simulate(s, allocating.Gpuroster(shift_hours=shift_hours))
+    return s, run.grid
+
+
+def test_a_timing_tolerance_keeps_a_long_job_off_the_gpus_an_early_peak_needs() -> None:
+    for hours, short in ((0.0, True), (3.0, False)):
+        s, grid = _early_peak(hours)
+        chat = len(s.jobs)  # the service's index in the grid
+        held = [int((grid[:, t] == chat).sum()) for t in range(s.duration_steps)]
+        missed = sum(max(0, d - h) for d, h in zip(s.services[0].demand, held, strict=True))
+        assert (missed > 0) == short, (hours, held)
