@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from extender.adapter import annotations as ann
-from extender.planner import model
+from extender.planner import model, observed
 from extender.replay import world
 
 
@@ -281,23 +281,21 @@ def gang_starts(s: model.Scenario, samples: list[Sample]) -> dict[str, int]:
     return out
 
 
-def _free_for(occ: np.ndarray, gpus: list[int], steps: list[int]) -> bool:
-    return bool(np.all(occ[np.ix_(gpus, steps)] == -1))
-
-
 def rebuild_from_pods(s: model.Scenario, samples: list[Sample], notes: list[str]) -> Rebuilt:
     """The grid from the samples alone, for peers whose scheduler writes no block.
 
     Kubernetes gives pods no GPU index, so each job pod is drawn on the lowest run
     of GPUs of its node free for its whole life (apart, with a note, if there is no
-    such run), services as `rebuild` draws them. A job starts in the first step all
-    of its pods run; its cells are in `grid` for the steps of its duration in which
-    they all run, and in `held` (allocated, not useful) for every other step a pod
-    of it holds GPUs. A gang on nodes that are not consecutive is drawn where it ran:
-    the legality check names the rule broken.
+    such run), services as `rebuild` draws them (`planner.observed.draw`, which
+    `gpuroster whatif` draws with too). A job starts in the first step all of its
+    pods run; its cells are in `grid` for the steps of its duration in which they
+    all run, and in `held` (allocated, not useful) for every other step a pod of it
+    holds GPUs. A gang on nodes that are not consecutive is drawn where it ran: the
+    legality check names the rule broken.
     """
-    G, N, T = s.cluster.gpus_per_node, s.cluster.gpus, s.duration_steps
-    node_index = {f"{world.NODE_PREFIX}{i}": i for i in range(s.cluster.nodes)}
+    G, T = s.cluster.gpus_per_node, s.duration_steps
+    node_names = [f"{world.NODE_PREFIX}{i}" for i in range(s.cluster.nodes)]
+    node_index = {n: i for i, n in enumerate(node_names)}
     index = {j.name: i for i, j in enumerate(s.jobs)}
     jobs = {j.name: j for j in s.jobs}
     starts = gang_starts(s, samples)
@@ -315,73 +313,26 @@ def rebuild_from_pods(s: model.Scenario, samples: list[Sample], notes: list[str]
         for job, pods in smp.job_pods.items():
             for uid, node in pods:
                 lives.setdefault(uid, (job, node, []))[2].append(smp.step)
-    occ = np.full((N, T), -1, dtype=np.int32)
-    grid = np.full((N, T), -1, dtype=np.int32)
-    held = np.full((N, T), -1, dtype=np.int32)
-    for _uid, (job, node, steps) in sorted(lives.items(), key=lambda x: (x[1][2][0], x[1][0],
-                                                                          x[0])):
-        i, k = node_index.get(node), index.get(job)
-        if i is None or k is None:
-            continue
-        gpus = world.gang_shape(s.jobs[k], G)[1]
-        base = i * G
-        spot = next((list(range(base + o, base + o + gpus)) for o in range(G - gpus + 1)
-                     if _free_for(occ, list(range(base + o, base + o + gpus)), steps)), None)
-        if spot is None:
-            free = [g for g in range(base, base + G) if _free_for(occ, [g], steps)]
-            if len(free) >= gpus:
-                spot = free[:gpus]
-                notes.append(f"{job}: a pod on {node} drawn on GPUs {spot}, not one run")
-        if spot is None:
-            notes.append(f"{job}: no {gpus} GPUs of {node} free for a pod's whole life")
-            continue
-        for t in steps:
-            occ[spot, t] = k
-            if t in useful.get(job, ()):
-                grid[spot, t] = k
-            else:
-                held[spot, t] = k
+    job_lives = [
+        observed.JobPodLife(uid, index[job], node_index[node],
+                            world.gang_shape(s.jobs[index[job]], G)[1], tuple(steps))
+        for uid, (job, node, steps) in lives.items()
+        if job in index and node in node_index
+    ]
+    services = {v.name: k for k, v in enumerate(s.services)}
+    svc_lives: dict[str, tuple[int, str, list[int]]] = {}
+    for smp in samples:
+        for name, pods in smp.service_pods.items():
+            for uid, node in pods:
+                if name in services:
+                    svc_lives.setdefault(uid, (services[name], node, []))[2].append(smp.step)
+    service_lives = [observed.ServicePodLife(uid, k, node_index[node], tuple(steps))
+                     for uid, (k, node, steps) in svc_lives.items() if node in node_index]
     for name in sorted(useful):
         ran = len(useful[name])
         if ran and ran != min(jobs[name].duration_steps, T - starts[name]):
             notes.append(f"{name}: its whole gang ran {ran} of its "
                          f"{jobs[name].duration_steps} steps")
-    if held.max(initial=-1) >= 0:
-        partial = sorted({s.jobs[int(x)].name for x in np.unique(held[held >= 0])})
-        notes.append(f"GPUs held by gangs not all running (allocated, not useful): "
-                     f"{', '.join(partial[:8])}{' ...' if len(partial) > 8 else ''}")
-    _draw_services(s, samples, occ, grid, node_index, notes)
+    grid, held = observed.draw(s, job_lives, service_lives, useful, notes, node_names)
     ends = {n: st + jobs[n].duration_steps for n, st in starts.items() if st < T}
     return Rebuilt(grid, {n: st for n, st in starts.items() if st < T}, ends, held)
-
-
-def _draw_services(s: model.Scenario, samples: list[Sample], occ: np.ndarray,
-                   grid: np.ndarray, node_index: dict[str, int], notes: list[str]) -> None:
-    """Service pods as `rebuild` draws them, around what `occ` holds, into both."""
-    G, nj = s.cluster.gpus_per_node, len(s.jobs)
-    lives: dict[str, tuple[int, str, list[int]]] = {}
-    for smp in samples:
-        for k, v in enumerate(s.services):
-            for uid, node in smp.service_pods.get(v.name, []):
-                lives.setdefault(uid, (k, node, []))[2].append(smp.step)
-    for _uid, (k, node, steps) in sorted(lives.items(), key=lambda x: (x[1][2][0], x[0])):
-        i = node_index.get(node)
-        if i is None:
-            continue
-        gpus = list(range(i * G + G - 1, i * G - 1, -1))
-        whole = next((g for g in gpus if _free_for(occ, [g], steps)), None)
-        if whole is not None:
-            occ[whole, steps] = nj + k
-            grid[whole, steps] = nj + k
-            continue
-        at = 0
-        while at < len(steps):
-            run = {g: _free_run(occ, g, steps, at) for g in gpus}
-            g = max(gpus, key=lambda x: run[x])
-            if run[g] == 0:
-                notes.append(f"{s.services[k].name}: no free GPU on {node} at step {steps[at]}")
-                at += 1
-                continue
-            occ[g, steps[at : at + run[g]]] = nj + k
-            grid[g, steps[at : at + run[g]]] = nj + k
-            at += run[g]
