@@ -17,6 +17,7 @@ commands:
   plan      print the current plan of a running service
   demo      bring up the local control plane and replay a contended scenario
   check     check a result file against its scenario (legality and metrics)
+  whatif    your cluster's past from Prometheus: what happened beside fifo and gpuroster
   cluster   the local control plane: build, up, down, status, kubeconfig, extender-port
 
 `gpuroster COMMAND --help` for each command's options.
@@ -39,6 +40,10 @@ def _load(command: str) -> Callable[[Sequence[str]], int] | None:
             controller_main.serve if command == "serve" else controller_main.plan
         )
         return run
+    if command == "whatif":
+        from extender.whatif import command as whatif_command
+
+        return whatif_command.main
     if command == "cluster":
         from extender.localcluster import commands
 

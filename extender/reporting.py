@@ -171,3 +171,23 @@ def write_peer_grids(
         plt.close(fig)
         written.append(path)
     return written
+
+
+def write_side_by_side(rows: list[Row], path: Path, held: dict[str, np.ndarray]) -> Path:
+    """One scenario's grids side by side (`gpuroster whatif`: what happened, then the
+    policies); `held`: per policy, the job holding each GPU whose gang did not all run,
+    drawn red (allocated, not useful)."""
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.6 * len(rows), 3.4), squeeze=False)
+    for ax, r in zip(axes[0], rows, strict=True):
+        draw_grid(ax, r)
+        h = held.get(r.policy)
+        if h is not None and (h >= 0).any():
+            mask = np.ma.masked_where(h < 0, np.ones_like(h))
+            ax.imshow(mask, aspect="auto", interpolation="nearest", cmap="autumn", vmin=0,
+                      vmax=1)
+    fig.suptitle(f"{rows[0].scenario.name}: GPUs down, steps across; a colour per job, services "
+                 f"dark, reserved-idle grey, held by a partial gang red", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
