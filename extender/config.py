@@ -65,6 +65,10 @@ class Settings:
     # A service's objective when its Deployment sets no gpuroster.io/service-level: the
     # share of its demanded GPU-steps the headroom over its forecast is sized to cover.
     service_level: float = 0.99
+    # Hours a service's peak may come early or late: until its demand has been seen through
+    # a swing of its forecast, the plan holds the forecast widened by this much each way
+    # (at most an eighth of the horizon), then by the lag seen. 0: off (the default).
+    peak_shift_hours: float = 0.0
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -148,6 +152,8 @@ def validate(s: Settings) -> None:
         raise bad("max_wait_steps", f"must be >= 1, got {s.max_wait_steps}")
     if not (0.0 < s.service_level < 1.0):
         raise bad("service_level", f"must be a share of demand in (0, 1), got {s.service_level}")
+    if not (s.peak_shift_hours >= 0 and math.isfinite(s.peak_shift_hours)):
+        raise bad("peak_shift_hours", f"must be >= 0, got {s.peak_shift_hours!r}")
     if not s.priority_classes:
         raise bad("priority_classes", "needs at least one class")
     for k, v in s.priority_classes.items():
@@ -200,6 +206,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "planned before all others"),
     ("service_level", float, "a service's objective when it sets no gpuroster.io/service-level: "
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.99)"),
+    ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
+     "demand shows when, the plan holds the forecast widened by this much each way (0: off)"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

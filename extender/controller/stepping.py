@@ -85,7 +85,8 @@ class Controller:
         if self.settings.policy == "gpuroster":
             return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty,
                                    max_wait_steps=self.settings.max_wait_steps,
-                                   service_level=self.settings.service_level)
+                                   service_level=self.settings.service_level,
+                                   shift_hours=self.settings.peak_shift_hours)
         return policies.create(self.settings.policy)
 
     @property

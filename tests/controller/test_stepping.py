@@ -20,13 +20,14 @@ START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
 class Rig:
     def __init__(self, nodes: int = 2, policy: str = "gpuroster", step: float = 10.0,
-                 fake: FakeKube | None = None) -> None:
+                 fake: FakeKube | None = None, **settings: Any) -> None:
         self.fake = fake or FakeKube()
         if fake is None:
             for i in range(nodes):
                 self.fake.add("nodes", node(i))
         self.clock = clock_mod.FakeClock(START)
-        self.settings = config.Settings(policy=policy, step_seconds=step, epoch=START)
+        self.settings = config.Settings(policy=policy, step_seconds=step, epoch=START,
+                                        **settings)
         self.cache = watching.Cache(self.fake)
         self.ctl = stepping.Controller(self.settings, self.fake, self.cache, clock=self.clock)
         self.verbs = self.ctl.verbs  # what kube-scheduler calls, through the api
@@ -928,3 +929,17 @@ def test_headroom_from_a_history_is_the_forecasters_error_replayed(bursts: bool,
     st = rig.ctl.state
     assert st is not None
     assert (st.service_headroom["ns/svc"] > 0) == room, st.service_headroom
+
+
+@pytest.mark.parametrize(("hours", "room"), [(0.0, False), (3.0, True)])
+def test_the_peak_shift_setting_reaches_the_plan(hours: float, room: bool) -> None:
+    # A peak three steps ahead, nothing seen yet: with a timing tolerance the plan holds
+    # the forecast widened toward it now (headroom over the forecast); without, none.
+    rig = Rig(nodes=1, peak_shift_hours=hours)
+    rig.fake.add("configmaps", configmap("d", curve="[2, 2, 2, 6, 6, 2, 2, 2]"))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))
+    rig.step()
+    st = rig.ctl.state
+    assert st is not None
+    assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
