@@ -1,0 +1,148 @@
+"""`gpuroster whatif` rebuilds a replay from Prometheus alone, exactly.
+
+A small scenario (three 4-GPU nodes, a service, jobs of 1, 2 and 4 GPUs, one
+of which waits for a whole node, and a two-pod gang) is replayed on a control
+plane of its own under the stock kube-scheduler (the `default` peer), its pods
+annotated as a gpuroster user annotates them before adopting it (gang, workload;
+priority and expected
+duration on some jobs only: the others' come from their PriorityClass and from
+what was observed). A real Prometheus (the harness's build) scrapes, every
+second, the kube-state-metrics stand-in (e2e/ksm_standin.py: the Go module proxy
+refuses KSM itself; it writes KSM v2's series, started with the allowlist flags
+docs/try-it-first.md gives). Then `gpuroster whatif` reads Prometheus alone and
+must give every job's arrival step, GPUs, gang, priority and duration as
+replayed, the service's demand, and the replay's read-back grid cell for cell
+(and its GPUs held by a partial gang, if any).
+
+The step mapping is explicit: the replay counts an event in step k when its
+sample of step k (0.85 into the step) first sees it, and the stock peer acts
+right after each sample; so whatif's steps are cut 2 s before each sample, in
+the quiet part of the step, and Kubernetes' whole-second times (rounded down)
+stay inside their step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from e2e.ksm_standin import KsmStandin
+from e2e.test_prometheus import instant, running_prometheus
+from extender import cli, replay
+from extender.adapter import annotations as ann
+from extender.localcluster import binaries_dir
+from extender.localcluster.waiting import wait_for
+from extender.planner import model
+from extender.replay import driving, world
+from extender.replay.peers import Context, stock
+from extender.whatif import reading
+from tests.builders import scenario
+
+STEP_SECONDS = 6.0
+STEP_MINUTES = 60
+CUT_BEFORE_SAMPLE = 2.0
+# jobs told their priority and expected duration by annotation; the rest by their
+# PriorityClass and their observed duration
+ANNOTATED = {"wide": 2, "one": 3, "big": 2}  # job -> expected duration (steps)
+
+
+def _scenario() -> model.Scenario:
+    return (
+        scenario("whatif-small").nodes(3, 4).window(8)
+        .job("wide", gpus=4, d=2, arrival=0, priority=4)
+        .job("half", gpus=2, d=3, arrival=1, priority=2)
+        .job("queued", gpus=4, d=2, arrival=1, priority=2)  # waits for a whole node
+        .job("one", gpus=1, d=2, arrival=2, priority=1)
+        .job("big", gpus=8, d=2, arrival=4, priority=8)
+        .job("late", gpus=2, d=2, arrival=5, priority=1)
+        .job("last", gpus=1, d=1, arrival=7, priority=2)
+        .service("chat", [1] * 8, priority=5)
+        .build()
+    )
+
+
+class AnnotatedStockPeer(stock.DefaultPeer):
+    """The stock scheduler, its job pods annotated as a user of gpuroster annotates them."""
+
+    def submit(self, ctx: Context, job: model.Job, t: int) -> None:
+        g = ctx.scenario.cluster.gpus_per_node
+        count, _ = world.gang_shape(job, g)
+        annotations = {ann.GANG: job.name, ann.GANG_SIZE: str(count), ann.WORKLOAD: job.type}
+        if job.name in ANNOTATED:
+            annotations[ann.PRIORITY] = f"{job.priority:g}"
+            annotations[ann.EXPECTED_DURATION] = f"{ANNOTATED[job.name] * STEP_MINUTES}m"
+        for pod in world.job_pods(job, g, ctx.namespace, annotations=annotations,
+                                  spec=stock.pod_extras(job.priority)):
+            ctx.core.create_namespaced_pod(ctx.namespace, pod)
+
+
+def _named(grid: np.ndarray, names: list[str]) -> list[list[str | None]]:
+    return [[names[i] if i >= 0 else None for i in row] for row in grid.tolist()]
+
+
+def test_whatif_rebuilds_a_stock_scheduler_replay_from_prometheus_alone(tmp_path: Path) -> None:
+    s = _scenario()
+    S, T = STEP_SECONDS, s.duration_steps
+    with replay.local_cluster() as (kubeconfig, port):
+        standin = KsmStandin(world.api(kubeconfig), reading.KSM_ARGS)
+        standin.start()
+        try:
+            bins = types.SimpleNamespace(bin_dir=binaries_dir())
+            with running_prometheus(bins, tmp_path, {"ksm": f"127.0.0.1:{standin.port}"}) as url:  # type: ignore[arg-type]
+                wait_for(lambda: instant(url, 'up{job="ksm"} == 1'), 30,
+                         "Prometheus to scrape the kube-state-metrics stand-in")
+                started = time.time()
+                rep = replay.play(s, AnnotatedStockPeer(), kubeconfig, port, step_seconds=S,
+                                  work_dir=tmp_path / "replay")
+                print(f"[e2e] replay: {time.time() - started:.0f} s; starts {rep.starts}; "
+                      f"notes {rep.notes}")
+                origin = rep.t0 - (1 - driving.SAMPLE_AT) * S - CUT_BEFORE_SAMPLE
+                until = origin + T * S
+                wait_for(lambda: time.time() > until + 3, 30, "the window to be scraped")
+                classes = {stock.priority_class(p): p for p in (1, 2, 4, 5, 8)}
+                out = tmp_path / "whatif"
+                t = time.time()
+                rc = cli.main(["whatif", "--prometheus", url, "--since", f"{origin:.3f}",
+                               "--until", f"{until:.3f}", "--step", f"{S:g}s",
+                               "--step-minutes", str(STEP_MINUTES), "--out", str(out),
+                               "--name", "whatif-small", "--namespace", "gpuroster-bench",
+                               "--priority-classes", json.dumps({**classes, "normal": 2})])
+                print(f"[e2e] whatif: {time.time() - t:.1f} s")
+                assert rc == 0
+        finally:
+            standin.stop()
+    # every job ran inside the window in the replay: the comparison is whole
+    assert set(rep.starts) == {j.name for j in s.jobs}, rep.starts
+    rebuilt = yaml.safe_load((out / "scenario.yaml").read_text())
+    summary = json.loads((out / "whatif.json").read_text())
+    got = {j["name"]: j for j in rebuilt["jobs"]}
+    assert set(got) == {j.name for j in s.jobs}, summary["notes"]
+    G = s.cluster.gpus_per_node
+    for j in s.jobs:
+        r = got[j.name]
+        seen = (r["arrival_step"], r["gpus"], summary["jobs"][j.name]["pods"], r["priority"],
+                r["duration_steps"])
+        assert seen == (j.arrival_step, j.gpus, world.gang_shape(j, G)[0], j.priority,
+                        j.duration_steps), (j.name, seen, summary["notes"])
+        src = summary["jobs"][j.name]
+        if j.name in ANNOTATED:
+            assert (src["priority"], src["estimate"]) == ("annotation", "annotation")
+            assert r["estimate_steps"] == ANNOTATED[j.name]
+        else:
+            assert src["priority"] == f"PriorityClass {stock.priority_class(j.priority)}"
+            assert (src["estimate"], r["estimate_steps"]) == ("observed", j.duration_steps)
+    assert rebuilt["cluster"] == {"nodes": 3, "gpus_per_node": 4}
+    (chat,) = rebuilt["services"]
+    assert (chat["name"], chat["demand"], chat["priority"]) == ("chat", [1] * T, 5)
+    # what happened, cell for cell as the replay read it back
+    actual = json.loads((out / "whatif-small.actual.json").read_text())
+    assert actual["grid"] == _named(rep.grid, rep.names)
+    assert rep.held is not None
+    assert actual["held"] == _named(rep.held, rep.names)
+    assert actual["source"] == "prometheus"
+    print("[e2e] whatif verdict:", json.dumps(summary["verdict"]))
