@@ -142,8 +142,7 @@ def verdict(s: model.Scenario, rows: list[results.Row], replica_demand: bool) ->
         freed = a["gpu_hours_idle"] - g["gpu_hours_idle"]
         lines.append(
             f"  gpuroster instead of what happened: {freed:+.1f} GPU-hours put to use, "
-            f"{a['jobs_waited'] - g['jobs_waited']:+.0f} jobs fewer "
-            f"waiting, value {gain}")
+            f"jobs that waited {a['jobs_waited']:.0f} -> {g['jobs_waited']:.0f}, value {gain}")
     f = by.get("fifo")
     if f:
         lines.append(f"  the static reservation (fifo: each service held at its peak) costs "

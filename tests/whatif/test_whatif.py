@@ -286,3 +286,13 @@ def test_a_demand_query_gives_the_demand_and_the_reservation_above_it_is_costed(
     # the replica ran all six steps, needed for two: four GPU-steps (minutes) held idle
     assert doc["verdict"]["actual"]["reserved_idle_gpu_hours"] == pytest.approx(4 / 60)
     assert "reserved for services" in capsys.readouterr().out
+
+
+def test_the_docs_give_the_exact_flags_and_every_query_whatif_runs() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "try-it-first.md").read_text()
+    week = reading.Window(0, 3600, 168)
+    for flag in reading.KSM_ARGS:
+        assert flag in doc
+    for query in reading.QUERIES.values():
+        assert query.format(w=week.range_text(), r=week.resolution_text()) in doc
+    assert reading.REPLICAS.format(ns="NAMESPACE", name="DEPLOYMENT") in doc
