@@ -94,6 +94,9 @@ class Settings:
     # to the wall clock
     resync_seconds: float = 300.0
     max_body_bytes: int = 64 * 1024 * 1024
+    # Plan and publish, never write to the cluster; the verbs let kube-scheduler place
+    # every pod as if the extender were absent (docs/try-it-first.md).
+    shadow: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -229,7 +232,12 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("epoch", float, "unix time of step 0 (0: 1970-01-01T00:00Z, steps on the wall clock)"),
     ("resync_seconds", float, "full relist of the cache every this many seconds"),
     ("max_body_bytes", int, "largest extender request body accepted"),
+    ("shadow", _bool, "shadow mode: plan and publish (plan page, metrics, log) but never "
+     "write to the cluster; filter passes every node, bind is refused"),
 )
+
+# Booleans that may be given as a bare flag (`--shadow`) as well as with a value.
+_BARE_FLAGS = frozenset({"shadow"})
 
 
 def env_name(name: str) -> str:
@@ -239,8 +247,9 @@ def env_name(name: str) -> str:
 def parser(prog: str = "gpuroster serve") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run the gpuroster extender and controller.")
     for name, _, help_text in _FIELDS:
+        bare: dict[str, Any] = {"nargs": "?", "const": "true"} if name in _BARE_FLAGS else {}
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
-                       help=f"{help_text} [env {env_name(name)}]")
+                       help=f"{help_text} [env {env_name(name)}]", **bare)
     return p
 
 

@@ -49,6 +49,26 @@ NODELIST_PARSES = Counter(
     "gpuroster_extender_nodelist_parses_total",
     "Extender calls with full Node objects, by how they were read: fast (Go's layout: "
     "names only) or full (a complete parse).", ["path"], registry=REGISTRY)
+SHADOW_WRITES_BLOCKED = Counter(
+    "gpuroster_shadow_writes_blocked_total",
+    "Shadow mode: writes that reached the read-only client and were not sent, by verb "
+    "(stays 0: shadow mode makes none).", ["verb"], registry=REGISTRY)
+SHADOW_GANG_STARTS = Counter(
+    "gpuroster_shadow_gang_starts_total",
+    "Shadow mode: gangs the cluster's scheduler started, against the plan: on_time (in "
+    "the step the plan first started it), later (the plan had started it in an earlier "
+    "step), earlier (the plan had it start in a later step), unplanned (the plan had no "
+    "start for it in its horizon).", ["versus"], registry=REGISTRY)
+SHADOW_POD_PLACEMENTS = Counter(
+    "gpuroster_shadow_pod_placements_total",
+    "Shadow mode: pods of gangs the cluster's scheduler placed, by whether the node is "
+    "one the plan's block for the gang had (planned), another (other), or the plan had "
+    "no block for it (unplanned).", ["node"], registry=REGISTRY)
+SHADOW_START_DELAY = Histogram(
+    "gpuroster_shadow_start_delay_seconds",
+    "Shadow mode: when the cluster's scheduler started a gang minus when the plan first "
+    "started it (positive: gpuroster would have started it that much sooner).",
+    buckets=(-3600, -60, 0, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 86400), registry=REGISTRY)
 ANNOTATION_ERRORS = Counter(
     "gpuroster_annotation_errors_total", "Pods or Deployments found with bad annotations.",
     registry=REGISTRY)
@@ -72,6 +92,20 @@ class StepState:
     queue_length: dict[str, int] = field(default_factory=dict)  # by priority
     queue_oldest_wait_seconds: dict[str, float] = field(default_factory=dict)
     step: int = 0
+    shadow: Shadow | None = None  # set in shadow mode only
+
+
+@dataclass
+class Shadow:
+    """Shadow mode: what the plan would do now that the cluster does not."""
+
+    would_start_gangs: int = 0  # waiting gangs the plan starts now
+    would_start_gpus: int = 0  # their GPUs: what it would give to waiting work now
+    waiting_gangs: int = 0  # gangs waiting in the cluster (not placed)
+    idle_gpus: int = 0  # GPUs free now in the cluster
+    gated_pods: int = 0  # pods held by gpuroster's scheduling gate, which nobody lifts
+    replicas_planned: dict[str, int] = field(default_factory=dict)  # by service
+    replicas_actual: dict[str, int] = field(default_factory=dict)  # Deployment spec.replicas
 
 
 def _source() -> (StepState | None):
@@ -154,6 +188,43 @@ class StepCollector(Collector):
         yield q
         yield oldest
         yield GaugeMetricFamily("gpuroster_step", "The step last committed.", value=s.step)
+        yield from _shadow(s.shadow)
+
+
+def _shadow(sh: Shadow | None) -> Iterator[GaugeMetricFamily]:
+    yield GaugeMetricFamily("gpuroster_shadow_mode",
+                            "1 in shadow mode (plans, writes nothing), else 0.",
+                            value=1 if sh is not None else 0)
+    if sh is None:
+        return
+    yield GaugeMetricFamily("gpuroster_shadow_would_start_gangs",
+                            "Waiting gangs the plan would start now.",
+                            value=sh.would_start_gangs)
+    yield GaugeMetricFamily("gpuroster_shadow_would_start_gpus",
+                            "GPUs the plan would give to waiting gangs now.",
+                            value=sh.would_start_gpus)
+    yield GaugeMetricFamily("gpuroster_shadow_waiting_gangs",
+                            "Gangs waiting in the cluster (not all their pods placed).",
+                            value=sh.waiting_gangs)
+    yield GaugeMetricFamily("gpuroster_shadow_idle_gpus",
+                            "GPUs nothing holds in the cluster now (usable nodes).",
+                            value=sh.idle_gpus)
+    yield GaugeMetricFamily("gpuroster_shadow_gated_pods",
+                            "Pods held by gpuroster's scheduling gate, which shadow mode "
+                            "never lifts (create pods without it while in shadow mode).",
+                            value=sh.gated_pods)
+    planned = GaugeMetricFamily("gpuroster_shadow_service_replicas_planned",
+                                "Replicas the plan would set now, by service.",
+                                labels=["service"])
+    actual = GaugeMetricFamily("gpuroster_shadow_service_replicas_actual",
+                               "Replicas the service's Deployment asks for now "
+                               "(spec.replicas), by service.", labels=["service"])
+    for name in sorted(sh.replicas_planned):
+        planned.add_metric([name], sh.replicas_planned[name])
+    for name in sorted(sh.replicas_actual):
+        actual.add_metric([name], sh.replicas_actual[name])
+    yield planned
+    yield actual
 
 
 REGISTRY.register(StepCollector())

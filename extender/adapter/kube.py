@@ -199,3 +199,49 @@ class _errors:
             raise ApiError(int(exc.status or 0), str(message)) from exc
         if isinstance(exc, OSError | ValueError) or type(exc).__module__.startswith("urllib3"):
             raise ApiError(0, f"{type(exc).__name__}: {exc}") from exc
+
+
+class ReadOnly:
+    """A `Kube` that reads through `inner` and refuses every write (shadow mode).
+
+    The controller makes no write in shadow mode; this is the guard that proves
+    it: a write that gets here raises `ApiError` and calls `on_write(verb)` (a
+    counter that must stay at zero) instead of reaching the API server."""
+
+    def __init__(self, inner: Kube, on_write: Any = None) -> None:
+        self.inner = inner
+        self.on_write = on_write
+
+    def _refuse(self, verb: str, what: str) -> ApiError:
+        if self.on_write is not None:
+            self.on_write(verb)
+        log.error("shadow mode: refused to %s %s (a write reached the client)", verb, what)
+        return ApiError(0, f"shadow mode: {verb} of {what} not sent")
+
+    def list(self, kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        return self.inner.list(kind, namespace)
+
+    def watch(self, kind: str, namespace: str | None, resource_version: str,
+              timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        return self.inner.watch(kind, namespace, resource_version, timeout_seconds)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.inner.get_configmap(namespace, name)
+
+    def bind(self, namespace: str, name: str, uid: str | None, node: str) -> None:
+        raise self._refuse("bind", f"pod {namespace}/{name}")
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse("patch", f"pod {namespace}/{name}")
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        raise self._refuse("patch_status", f"pod {namespace}/{name}")
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        raise self._refuse("create_event", f"an Event in {namespace}")
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        raise self._refuse("scale", f"deployment {namespace}/{name}")
+
+    def evict(self, namespace: str, name: str) -> None:
+        raise self._refuse("evict", f"pod {namespace}/{name}")

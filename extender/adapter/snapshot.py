@@ -66,6 +66,13 @@ class Gang:
     # The nodes (indices) every pod of a queued gang may run on, by their node selector,
     # affinity and tolerations; None: all of them.
     nodes: frozenset[int] | None = None
+    # Shadow mode: a gang whose every pod another scheduler placed (pod key -> node),
+    # since when, and the blocks it holds in the plan's grid, one per power-of-two
+    # piece of its GPUs on each node (the device plugin picks the real GPUs: a block
+    # is the plan's accounting, as an admission's is).
+    placed: dict[str, str] | None = None
+    placed_at: float = 0.0
+    placed_blocks: list[model.Block] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
@@ -255,7 +262,10 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
             continue
         a = ann.annotations_of(p)
         admitted = ann.BLOCK in a
-        if not in_scope(p) or (not admitted and node):
+        # Shadow mode: the cluster's own scheduler places every pod; a job's placed pods
+        # are its gang running, not GPUs lost to the plan for the whole horizon.
+        elsewhere = settings.shadow and not admitted and bool(node) and live
+        if not in_scope(p) or (not admitted and node and not elsewhere):
             if live and node:
                 foreign[node] = foreign.get(node, 0) + gpus  # placed outside the plan
             continue
@@ -264,6 +274,9 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         try:
             w: ann.PodWork | ann.AnnotationError = ann.pod_work(p, settings)
         except ann.AnnotationError as e:
+            if elsewhere:  # running with annotations the plan cannot read: just held
+                foreign[str(node)] = foreign.get(str(node), 0) + gpus
+                continue
             w = e
         works[k] = w
         gname = w.gang if isinstance(w, ann.PodWork) else _fallback_gang(p)
@@ -276,6 +289,10 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
         if gang is None:
             continue
         gangs[name] = gang
+        if settings.shadow and gang.admission is None:
+            _placed(gang, index)
+        if gang.placed is not None:
+            continue  # its GPUs are blocks of the grid, given out below
         if gang.admission is None:
             if not gang.error and not gang.waiting_for:
                 _limit_nodes(gang, gpu_nodes, names, cluster, fitting)
@@ -285,11 +302,97 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
                 node = (p.get("spec") or {}).get("nodeName")
                 if node in index and pod_live(p):
                     foreign[node] = foreign.get(node, 0) + ann.pod_gpus(p.get("spec") or {})
+    _place_blocks(gangs, cluster, index, foreign)
     gangs.update(broken)
     return Snapshot(cluster=cluster, nodes=names, node_index=index, gangs=gangs,
                     services=services, service_errors=service_errors, pod_service=pod_service,
                     unavailable=frozenset(unavailable), foreign=foreign,
                     configmaps={ann.key(c): c for c in configmaps}, pods=all_pods)
+
+
+PIECE = "~"  # a placed gang's second and later pieces: `<gang>~1`, `<gang>~2`, ...
+
+
+def piece_name(gang: str, j: int) -> str:
+    return gang if j == 0 else f"{gang}{PIECE}{j}"
+
+
+def gang_of_piece(name: str) -> str:
+    """The gang a running job's name stands for (a placed gang's piece, or itself)."""
+    base, sep, tail = name.rpartition(PIECE)
+    return base if sep and tail.isdigit() else name
+
+
+def started_at(pod: Obj) -> float | None:
+    """When a pod was placed: its PodScheduled condition, else its start time."""
+    st = pod.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            t = parse_time(c.get("lastTransitionTime"))
+            if t is not None:
+                return t
+    return parse_time(st.get("startTime"))
+
+
+def _placed(gang: Gang, index: Mapping[str, int]) -> None:
+    """Shadow mode: mark a whole, valid gang whose every pod is bound as placed. A gang
+    only partly placed keeps `waiting_for` (its bound pods' GPUs are held, foreign)."""
+    bound = {ann.key(p): str(n) for p in gang.pods
+             if (n := (p.get("spec") or {}).get("nodeName"))}
+    if not bound:
+        return
+    whole = (gang.work is not None and not gang.error and not gang.waiting_for
+             and len(bound) == len(gang.pods) == gang.work.gang_size
+             and all(n in index for n in bound.values()))
+    if not whole:
+        if not gang.error:
+            gang.waiting_for = (f"waiting: {len(bound)} of {len(gang.pods)} pods of gang "
+                                f"{gang.name} placed by the cluster's scheduler")
+        return
+    gang.placed = bound
+    times = [t for p in gang.pods if (t := started_at(p)) is not None]
+    gang.placed_at = min(times) if times else gang.arrival
+
+
+def _place_blocks(gangs: Mapping[str, Gang], cluster: model.Cluster,
+                  index: Mapping[str, int], foreign: dict[str, int]) -> None:
+    """Give each placed gang blocks of the grid where its pods run: per node, its GPUs
+    there split into powers of two, each on the lowest aligned GPUs free of admitted
+    blocks and earlier pieces (largest first, so the pieces pack). What does not fit
+    (a node that shrank) is held as foreign."""
+    g = cluster.gpus_per_node
+    taken = 0
+    for gang in gangs.values():
+        if gang.admission is not None and gang.admission.block.end <= cluster.gpus:
+            taken |= gang.admission.block.mask
+    pieces: list[tuple[int, int, str, str]] = []  # (-size, node index, gang, node)
+    for name, gang in sorted(gangs.items()):
+        if gang.placed is None:
+            continue
+        per_node: dict[str, int] = {}
+        for p in gang.pods:
+            node = gang.placed[ann.key(p)]
+            per_node[node] = per_node.get(node, 0) + ann.pod_gpus(p.get("spec") or {})
+        for node, n in per_node.items():
+            bit = 1
+            while n:
+                if n & bit:
+                    pieces.append((-bit, index[node], name, node))
+                    n -= bit
+                bit <<= 1
+    for neg, i, name, node in sorted(pieces):
+        size = -neg
+        block = None
+        for at in range(i * g, (i + 1) * g - size + 1, size):
+            b = model.Block(at, size)
+            if not taken & b.mask:
+                block = b
+                break
+        if block is None:
+            foreign[node] = foreign.get(node, 0) + size
+            continue
+        taken |= block.mask
+        gangs[name].placed_blocks.append(block)
 
 
 def _fallback_gang(pod: Obj) -> str:

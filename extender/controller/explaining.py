@@ -41,6 +41,8 @@ def waiting(snap: snapshot.Snapshot, plan: model.Plan,
     why a replacement's did; `step_start`: the time a step begins."""
     out: dict[str, str] = {}
     for name, g in snap.gangs.items():
+        if g.placed is not None:  # shadow mode: running where another scheduler put it
+            continue
         adm = g.admission or admitted.get(name)
         if adm is not None:
             for k in g.pod_keys():  # late pods of an admitted gang

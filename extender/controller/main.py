@@ -23,13 +23,17 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
     from extender.controller import stepping
 
     client = client or kube.Client(settings.kubeconfig)
+    if settings.shadow:  # nothing it does may reach the cluster: the client refuses writes
+        client = kube.ReadOnly(client, on_write=lambda verb: metrics.SHADOW_WRITES_BLOCKED.labels(
+            verb=verb).inc())
     holder: list[stepping.Controller] = []
     cache = watching.Cache(client, settings.namespaces, resync_seconds=settings.resync_seconds,
                            on_change=lambda kind: holder[0].mark_dirty(kind) if holder else None,
                            # a Deployment's pod template has no resolved priority value
                            priority_classes=bool(settings.priority_class_values))
     elector = None
-    if settings.leader_elect and isinstance(client, kube.Client):
+    # A Lease is a write: in shadow mode every replica plans alone, none elected.
+    if settings.leader_elect and isinstance(client, kube.Client) and not settings.shadow:
         import socket
 
         from extender.adapter import leasing
@@ -83,9 +87,11 @@ def serve(argv: Sequence[str]) -> int:
     except Exception as e:  # noqa: BLE001 - no kubeconfig, bad cluster address
         print(f"gpuroster serve: cannot reach the cluster: {e}", file=sys.stderr)
         return 1
-    log.info("gpuroster serving on %s:%d (policy %s, step %gs, horizon %d)",
+    log.info("gpuroster serving on %s:%d (policy %s, step %gs, horizon %d)%s",
              settings.bind_address, settings.port, settings.policy, settings.step_seconds,
-             settings.horizon_steps)
+             settings.horizon_steps,
+             " in SHADOW MODE: plans and publishes, writes nothing to the cluster"
+             if settings.shadow else "")
     uvicorn.run(app, host=settings.bind_address, port=settings.port,
                 ssl_certfile=settings.tls_cert_file or None,
                 ssl_keyfile=settings.tls_key_file or None,

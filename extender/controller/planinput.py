@@ -70,6 +70,15 @@ class Builder:
                 start = s.step_of(g.admission.admitted_at)
                 running.append(model.RunningJob(g.name, b.size, b, min(start, step), est, prio,
                                                 wtype))
+            elif g.placed is not None:
+                # Shadow mode: placed by the cluster's scheduler; runs on its pieces.
+                start = min(step, s.step_of(g.placed_at))
+                for j, b in enumerate(g.placed_blocks):
+                    if b.end > c.gpus or held & b.mask:
+                        continue
+                    held |= b.mask
+                    running.append(model.RunningJob(snapshot.piece_name(g.name, j), b.size, b,
+                                                    start, est, prio, wtype))
             elif g.error is None and g.waiting_for is None and w is not None:
                 arrival = min(step, s.step_of(g.arrival))
                 queued.append(model.QueuedJob(g.name, g.gpus, est, arrival, prio, wtype, g.nodes))

@@ -12,7 +12,10 @@ plan says for *now*:
 - the leader tells the pods whose story changed (`explaining.Explainer`);
 - the plan view (`planview`) and the metrics' step state are stored.
 
-Every replica plans and publishes; only the leader writes to the cluster.
+Every replica plans and publishes; only the leader writes to the cluster. In
+shadow mode nobody writes: the round plans and publishes, and `shadowing`
+logs what it would have told the pods and measures what it would have done
+differently from the cluster's own scheduler.
 
 Owns: the loop (when a round runs), the order of the round, the policy call
 (with the step's own admissions put back in the queue, `_plan`), and the
@@ -34,7 +37,16 @@ from typing import Any
 from extender import config, metrics
 from extender.adapter import kube, snapshot, watching
 from extender.controller import clock as clock_mod
-from extender.controller import demand, explaining, planinput, planview, table, verbs, writing
+from extender.controller import (
+    demand,
+    explaining,
+    planinput,
+    planview,
+    shadowing,
+    table,
+    verbs,
+    writing,
+)
 from extender.planner import headroom, model, policies
 
 log = logging.getLogger(__name__)
@@ -72,6 +84,7 @@ class Controller:
         self.explainer = explaining.Explainer(client)
         self.writer = writing.Writer(settings, client, cache, self.clock, self.explainer)
         self.verbs = verbs.Verbs(settings, client, cache)
+        self.shadow = shadowing.Observer(settings) if settings.shadow else None
         self.view: dict[str, Any] = {}
         self.state: metrics.StepState | None = None
         self._given: dict[str, dict[int, int]] = {}  # service -> step -> GPUs planned (a day)
@@ -185,9 +198,11 @@ class Controller:
         metrics.STEPS.inc()
         # The plan page shows what is being committed, before the writes go out.
         self.view = planview.build(snap, plan, inp, step, self.time_of(step),
-                                   self.settings.step_seconds, took)
-        # Every replica plans and answers the scheduler; only the leader commits.
-        leading = self.leader()
+                                   self.settings.step_seconds, took,
+                                   shadow=self.shadow is not None, now=now)
+        # Every replica plans and answers the scheduler; only the leader commits,
+        # and nobody in shadow mode.
+        leading = self.leader() and self.shadow is None
         w = self.writer
         admitted, failed = w.admit(snap, plan, step, now) if leading else ({}, {})
         refused = w.refill(snap, now) if leading else {}
@@ -204,6 +219,8 @@ class Controller:
             self.explainer.explain(snap, step, now, admitted, problems, published.waiting)
             w.forget_gone(snap)
         self._record(snap, plan, inp, step, now, admitted)
+        if self.shadow is not None and self.state is not None:
+            self.state.shadow = self.shadow.observe(snap, plan, step, now, self.time_of)
         self.rounds += 1
         return StepResult(step, sorted(admitted), scaled, plan, took)
 
@@ -220,7 +237,8 @@ class Controller:
         that came or ended since). Only when what came since changes one of them
         is the plan made around them pinned.
         """
-        mine = [r for r in inp.running if r.start_step == inp.now and r.name in snap.gangs]
+        mine = [r for r in inp.running if r.start_step == inp.now and r.name in snap.gangs
+                and snap.gangs[r.name].admission is not None]
         if mine:
             def arrival(r: model.RunningJob) -> int:
                 created = snap.gangs[r.name].arrival

@@ -11,6 +11,11 @@ admission annotations of the pod in hand; they never plan, never wait for a
 round, and write nothing but the binding itself (assumed in the cache first,
 forgotten if the API refuses it). They import neither the round, the writers
 nor the explanations (`.importlinter`).
+
+In shadow mode (`Settings.shadow`) they answer as if the extender were absent:
+filter keeps every node, prioritize scores none (every node equal), and bind is
+refused: shadow mode writes nothing, and its scheduler configuration names no
+bindVerb, so kube-scheduler binds by itself.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ def admitted_node(pod: Obj) -> str | None:
     return node if node and ann.BLOCK in a else None
 
 
+SHADOW_BIND = ("gpuroster is in shadow mode and binds nothing: remove bindVerb from the "
+               "scheduler's extender configuration (the chart does with shadow: true)")
+
+
 class Verbs:
     """Answers kube-scheduler from the last published table."""
 
@@ -59,6 +68,8 @@ class Verbs:
 
     def filter(self, pod: Obj, nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         """(nodes that pass, failed node -> reason)."""
+        if self.settings.shadow:
+            return list(nodes), {}
         t = self.table
         k = ann.key(pod)
         node = t.assigned.get(k) or admitted_node(pod)
@@ -81,6 +92,8 @@ class Verbs:
         The filter of a waiting pod sends one reason per candidate node; the HTTP
         layer asks this first and writes that answer without building it per node.
         """
+        if self.settings.shadow:
+            return None
         t = self.table
         k = ann.key(pod)
         if t.assigned.get(k) or admitted_node(pod):
@@ -121,6 +134,8 @@ class Verbs:
 
     def prioritize(self, pod: Obj, nodes: Sequence[str]) -> list[tuple[str, int]]:
         """Non-zero scores only: kube-scheduler adds nothing for a host left out."""
+        if self.settings.shadow:
+            return []  # every node scores the same: the scheduler's own scores decide
         t = self.table
         k = ann.key(pod)
         node = t.assigned.get(k) or admitted_node(pod)
@@ -139,6 +154,9 @@ class Verbs:
 
     def bind(self, namespace: str, name: str, uid: str | None, node: str) -> str | None:
         """Assume, bind, undo on failure. Returns an error message or None."""
+        if self.settings.shadow:
+            metrics.BINDINGS.labels(outcome="refused").inc()
+            return SHADOW_BIND
         k = f"{namespace}/{name}"
         t = self.table
         pod = self.cache.get("pods", k)

@@ -109,3 +109,18 @@ def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
     ctl = stepping.Controller(s, fake, watching.Cache(fake))
     options = ctl._make_policy().options  # type: ignore[attr-defined]
     assert (options.max_wait_steps, options.realtime_penalty) == (6, 5.0)
+
+
+@pytest.mark.parametrize(("argv", "env", "shadow"), [
+    ([], {}, False),
+    (["--shadow"], {}, True),
+    (["--shadow", "false"], {"GPUROSTER_SHADOW": "true"}, False),
+    ([], {"GPUROSTER_SHADOW": "yes"}, True),
+], ids=["default-off", "bare-flag", "flag-over-env", "env"])
+def test_shadow_mode_setting(argv: list[str], env: dict[str, str], shadow: bool) -> None:
+    assert config.load(argv, env=env).shadow is shadow
+
+
+def test_shadow_mode_refuses_a_non_boolean() -> None:
+    with pytest.raises(config.ConfigError, match="GPUROSTER_SHADOW"):
+        config.load([], env={"GPUROSTER_SHADOW": "maybe"})

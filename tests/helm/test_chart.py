@@ -216,6 +216,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_NAMESPACES": "",
         "GPUROSTER_PROMETHEUS_URL": "",
         "GPUROSTER_LOG_LEVEL": "info",
+        "GPUROSTER_SHADOW": "false",
         "GPUROSTER_PORT": "8888",
         "GPUROSTER_BIND_ADDRESS": "0.0.0.0",
         "GPUROSTER_LEADER_ELECT": "false",
@@ -810,3 +811,34 @@ def test_the_values_example_in_docs_deploy_renders() -> None:
     assert env["GPUROSTER_STEP_SECONDS"] == "900"
     assert env["GPUROSTER_NAMESPACES"] == "ml-team-a,ml-team-b"
     assert env["GPUROSTER_LEADER_ELECT"] == "true"
+
+
+def test_shadow_mode_reads_only_binds_nothing_and_never_blocks_the_scheduler() -> None:
+    """shadow: true: the service gets GPUROSTER_SHADOW, read-only rights and no Lease;
+    the scheduler calls filter and prioritize but binds itself, and goes on without
+    gpuroster when it does not answer."""
+    from extender import config
+
+    r = rendering.template({"shadow": True, "replicaCount": 2}, namespace=NS)
+    env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
+    settings = config.load([], env=env)
+    assert settings.shadow is True and settings.leader_elect is False
+    assert r.maybe("Role", f"{FULL}-leader-election") is None
+    grants = rules_of(r.one("ClusterRole", f"{CLUSTER}-workloads"))
+    assert grants == {g for g in WORKLOAD_GRANTS if g[2] in ("get", "list", "watch")
+                      and g[1] != "deployments/scale"}
+    for role in r.all("ClusterRole") + r.all("Role"):
+        if role["metadata"]["name"].startswith(f"{CLUSTER}-scheduler") or "scheduler" in \
+                role["metadata"]["name"]:
+            continue
+        assert {v for _, _, v, _ in rules_of(role)} <= {"get", "list", "watch"}, role
+    (ext,) = scheduler_config(r)["extenders"]
+    assert ext["filterVerb"] == "filter" and ext["prioritizeVerb"] == "prioritize"
+    assert "bindVerb" not in ext and ext["ignorable"] is True
+    assert "SHADOW MODE" in rendering.notes({"shadow": True}, namespace=NS)
+    # and off by default
+    d = rendering.template(namespace=NS)
+    assert env_of(container(d.one("Deployment", FULL), "gpuroster"))["GPUROSTER_SHADOW"] == \
+        "false"
+    (ext,) = scheduler_config(d)["extenders"]
+    assert ext["bindVerb"] == "bind" and ext["ignorable"] is False

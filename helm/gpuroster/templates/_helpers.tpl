@@ -86,10 +86,12 @@ vMAJOR.MINOR.PATCH: registry.k8s.io has no image for build metadata such as
 {{- printf "%s/%s:%s" $img.registry $img.repository $tag }}
 {{- end }}
 
-{{/* true when gpuroster replicas must elect a leader. */}}
+{{/* true when gpuroster replicas must elect a leader (never in shadow mode: a Lease is a write). */}}
 {{- define "gpuroster.leaderElect" -}}
 {{- $e := .Values.leaderElection.enabled }}
-{{- if kindIs "bool" $e }}
+{{- if .Values.shadow }}
+{{- false }}
+{{- else if kindIs "bool" $e }}
 {{- $e }}
 {{- else }}
 {{- gt (int .Values.replicaCount) 1 }}
@@ -126,11 +128,17 @@ extenders:
   - urlPrefix: {{ include "gpuroster.extender.urlPrefix" . | quote }}
     filterVerb: filter
     prioritizeVerb: prioritize
+    {{- if .Values.shadow }}
+    # Shadow mode: gpuroster binds nothing (kube-scheduler binds), and a GPU pod
+    # never waits on it: if it is down, the scheduler goes on without it.
+    ignorable: true
+    {{- else }}
     bindVerb: bind
+    ignorable: false
+    {{- end }}
     weight: {{ .Values.scheduler.extender.weight }}
     httpTimeout: {{ .Values.scheduler.extender.httpTimeout | quote }}
     nodeCacheCapable: true
-    ignorable: false
     managedResources:
       - name: nvidia.com/gpu
         ignoredByScheduler: false
@@ -183,6 +191,12 @@ read and patch pods (annotations, conditions), bind them, record events,
 read and scale real-time Deployments, read demand ConfigMaps.
 */}}
 {{- define "gpuroster.workloadRules" -}}
+{{- if .Values.shadow }}
+# Shadow mode: read only. gpuroster plans from what it reads and writes nothing.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+{{- else }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
@@ -203,12 +217,15 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
+{{- end }}
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch"]
+{{- if not .Values.shadow }}
 - apiGroups: ["apps"]
   resources: ["deployments/scale"]
   verbs: ["get", "patch"]
+{{- end }}
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
