@@ -193,8 +193,9 @@ def render(view: Mapping[str, Any]) -> str:
                       "<th>Forecast GPUs (next steps)</th></tr>" + "".join(srows) + "</table>"
                       ) if srows else "<p>No real-time services.</p>"
 
+    held = "unavailable: a node down, or GPUs held by pods outside the plan"
     legend = "".join(
-        f"<li>{swatch(n)}{esc(n)}"
+        f"<li>{swatch(n)}{held if n == UNAVAILABLE else esc(n)}"
         f"{' (service)' if n in svcs else ''}</li>" for n in names)
     would = sum(int(j.get("gpus") or 0) for j in starting.values())
     banner = ("<p class='shadow'><b>Shadow mode.</b> This is what gpuroster would do; it "

@@ -83,7 +83,9 @@ class Builder:
                 arrival = min(step, s.step_of(g.arrival))
                 queued.append(model.QueuedJob(g.name, g.gpus, est, arrival, prio, wtype, g.nodes))
         services: list[model.ServiceState] = []
-        prev = self._previous_sets(step)
+        # Shadow mode carries no plan out: a service holds where its pods run, never
+        # what an earlier plan would have given it.
+        prev = {} if s.shadow else self._previous_sets(step)
         taken = held
         frozen: set[int] = set()  # GPUs of services that cannot be planned this step
         for name, sv in sorted(snap.services.items()):
@@ -104,7 +106,7 @@ class Builder:
             # the cap. Its pods still on such a node hold nothing the plan can use.
             base = self._base.get(step, {})
             down = snap.unavailable
-            if name in base:  # re-planning mid-step: the same step-(now-1) set as before
+            if name in base and not s.shadow:  # mid-step: the same step-(now-1) set as before
                 had, lost = base[name]
                 lost += sum(1 for x in had if x in down)
             elif name in prev:

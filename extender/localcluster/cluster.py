@@ -124,8 +124,10 @@ class Cluster:
         base_dir: Path | None = None,
         bin_dir: Path | None = None,
         verbosity: int = 2,
+        extender_shadow: bool = False,
     ) -> None:
         self.initial_nodes = nodes
+        self.extender_shadow = extender_shadow
         self.gpus_per_node = gpus_per_node
         self.node_cache_capable = node_cache_capable
         self.extender_tls = extender_tls
@@ -441,6 +443,7 @@ class Cluster:
             extender_port=self.ports.extender,
             node_cache_capable=self.node_cache_capable,
             extender_ca_file=p.ca.cert if self.extender_tls else None,
+            shadow=self.extender_shadow,
         )
 
     def _bin(self, name: str) -> str:

@@ -50,11 +50,14 @@ def scheduler_config(
     node_cache_capable: bool = True,
     extender_ca_file: Path | None = None,
     template: Path = SCHEDULER_TEMPLATE,
+    shadow: bool = False,
 ) -> dict[str, Any]:
     """Render the template for a local cluster; returns what was written.
 
     With ``extender_ca_file`` the extender is called over HTTPS and its
-    serving certificate is checked against that CA.
+    serving certificate is checked against that CA. With ``shadow``, the extender
+    stanza the chart renders for shadow mode: no bindVerb (kube-scheduler binds)
+    and ignorable (a GPU pod never waits on gpuroster).
     """
     doc: dict[str, Any] = yaml.safe_load(template.read_text())
     doc["clientConnection"] = {
@@ -71,6 +74,9 @@ def scheduler_config(
     extender["enableHTTPS"] = extender_ca_file is not None
     if extender_ca_file is not None:
         extender["tlsConfig"] = {"caFile": str(extender_ca_file)}
+    if shadow:
+        extender.pop("bindVerb", None)
+        extender["ignorable"] = True
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return doc
 

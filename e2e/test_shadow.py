@@ -1,0 +1,172 @@
+"""`gpuroster serve --shadow` on a real control plane: it plans and shows, and writes nothing.
+
+A control plane of this module's own, whose kube-scheduler has the extender stanza
+the chart renders in shadow mode (filter and prioritize, no bindVerb, ignorable).
+GPU work arrives (two gangs, a single pod, a real-time service); kube-scheduler
+alone places it. Meanwhile gpuroster's plan page and metrics show its plan, and
+the cluster shows no trace of gpuroster: no Event from it, no admission
+annotation, condition or Lease, no scale, no eviction; the objects nobody else
+touches keep their resourceVersions (or spec), and the read-only client it
+plans through saw no write to refuse. Headless Chromium
+(Debian's) then loads the plan page; its screenshot goes to docs/images/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.test_extender import Extender, gang_pods
+from extender.localcluster import Cluster, binaries_dir, objects
+from extender.localcluster.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOT = REPO / "docs" / "images" / "plan-page-shadow.png"
+STEP = 2.0
+OURS = ("gpuroster.io/block", "gpuroster.io/admitted-at", "gpuroster.io/node",
+        "gpuroster.io/planned-step", "controller.kubernetes.io/pod-deletion-cost")
+
+
+@pytest.fixture(scope="module")
+def shadowed(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
+        pytest.skip("GPUROSTER_SKIP_E2E=1")
+    c = Cluster(nodes=3, bin_dir=binaries_dir(build=True), extender_shadow=True)
+    c.up()
+    print(f"[shadow] own control plane Ready in {c.startup_seconds:.1f}s")
+    failed_before = request.session.testsfailed
+    try:
+        yield c
+    finally:
+        failed = request.session.testsfailed > failed_before
+        c.down(remove=not failed)
+        if failed:
+            print(f"[shadow] logs kept in {c.log_dir}")
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail("chromium is not installed (apt-get install -y chromium; .ci/run does)")
+    return found
+
+
+def headless(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Debian's Chromium, headless, with nothing reaching past loopback."""
+    with tempfile.TemporaryDirectory(prefix="gpuroster-chromium-") as profile:
+        return subprocess.run(
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}", *args, url],
+            capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
+                                                         tmp_path: Path) -> None:
+    from kubernetes import client
+
+    api = shadowed.api()
+    core: Any = shadowed.core()
+    apps: Any = client.AppsV1Api(api)
+    coord: Any = client.CoordinationV1Api(api)
+    ns = "shadow"
+    shadowed.create_namespace(ns)
+
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "chat-demand"},
+                                           "data": {"curve": json.dumps([3])}})
+    apps.create_namespaced_deployment(ns, objects.inference_deployment(
+        "chat", {"gpuroster.io/demand-configmap": "chat-demand",
+                 "gpuroster.io/max-swap": "2"}, replicas=1))
+    ext = Extender(shadowed, ns, tmp_path, GPUROSTER_SHADOW="true")
+    started = time.monotonic()
+    ext.start()
+    try:
+        rv_cm = core.read_namespaced_config_map("chat-demand", ns).metadata.resource_version
+        nodes_before = {n.metadata.name: (n.spec.to_dict(), n.metadata.labels)
+                        for n in core.list_node().items}
+        # 24 GPUs; 2x4 + 1x2 + 2x8 + 1x8 + the service's 1: not all of it fits.
+        # Expected durations of 8 to 14 steps: the grid shows ends and planned starts.
+        names = gang_pods(core, ns, "train", 2, 4, runtime="60s", duration="20s",
+                          priority="high")
+        names += gang_pods(core, ns, "solo", 1, 2, runtime="60s", duration="16s")
+        names += gang_pods(core, ns, "wide", 2, 8, runtime="60s", duration="28s")
+        names += gang_pods(core, ns, "later", 1, 8, runtime="60s", duration="24s",
+                           priority="low")
+        # kube-scheduler places what fits, by itself (the extender filters nothing out).
+        bound = wait_for(lambda: [n for n in names if core.read_namespaced_pod(
+            n, ns).spec.node_name] or None, 10 * STEP, "kube-scheduler binds GPU pods")
+        time.sleep(3 * STEP)  # a few rounds of planning beside it
+        view = ext.get("/plan")
+        metrics_text = ext.get("/metrics")
+        html = ext.get("/plan/view")
+
+        # --- the plan is shown ---------------------------------------------------------
+        assert view["shadow"] is True
+        jobs = view["jobs"]
+        for gang in ("train", "solo", "wide", "later"):
+            assert f"{ns}/{gang}" in jobs, (gang, sorted(jobs))
+        running = [n for n, j in jobs.items() if j["state"] == "running"]
+        assert running and all(jobs[n]["placed_by"] == "scheduler" for n in running), jobs
+        assert any(j["state"] in ("queued", "admitted", "held") for j in jobs.values()), jobs
+        assert f"{ns}/chat" in view["services"]
+        assert "gpuroster_shadow_mode 1.0" in metrics_text
+        assert 'gpuroster_shadow_service_replicas_actual{service="shadow/chat"} 1.0' in \
+            metrics_text
+        assert "gpuroster_shadow_waiting_gangs" in metrics_text
+        assert "gpuroster_shadow_writes_blocked_total" not in metrics_text.replace(
+            "# HELP gpuroster_shadow_writes_blocked_total", "").replace(
+            "# TYPE gpuroster_shadow_writes_blocked_total", "")
+        assert "Shadow mode." in html and "<svg" in html
+
+        # --- and nothing of gpuroster is in the cluster ----------------------------------
+        pods = core.list_namespaced_pod(ns).items
+        assert {p.metadata.name for p in pods} >= set(names)  # nothing evicted
+        for p in pods:
+            notes = p.metadata.annotations or {}
+            assert not [a for a in OURS if a in notes], (p.metadata.name, notes)
+            conds = {c.type for c in (p.status.conditions or [])}
+            assert "gpuroster.io/Planned" not in conds, p.metadata.name
+            assert p.metadata.deletion_timestamp is None
+        assert len(bound) >= 3, bound
+        dep = apps.read_namespaced_deployment("chat", ns)
+        assert dep.spec.replicas == 1 and dep.metadata.generation == 1
+        events = core.list_event_for_all_namespaces().items
+        ours = [e for e in events if "gpuroster" in ((e.source.component if e.source else "")
+                                                    or "") + (e.reporting_component or "")]
+        assert ours == [], [(e.reason, e.message) for e in ours]
+        leases = coord.list_lease_for_all_namespaces().items
+        assert not [lz.metadata.name for lz in leases if "gpuroster" in lz.metadata.name]
+        assert core.read_namespaced_config_map(
+            "chat-demand", ns).metadata.resource_version == rv_cm
+        for n in core.list_node().items:
+            assert (n.spec.to_dict(), n.metadata.labels) == nodes_before[n.metadata.name]
+        print(f"[shadow] {len(bound)} of {len(names)} pods bound by kube-scheduler alone; "
+              f"{len(running)} gangs running, plan step {view['step']}; "
+              f"{time.monotonic() - started:.1f}s")
+
+        # --- the page in a real browser ---------------------------------------------------
+        url = ext.url + "/plan/view"
+        dom = headless(url, "--dump-dom", "--virtual-time-budget=3000")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        for needle in ("Shadow mode.", "<svg", "Waiting: what each job waits for",
+                       f"{ns}/train", f"{ns}/wide", f"{ns}/later", f"{ns}/chat"):
+            assert needle in dom.stdout, needle
+        shot = tmp_path / "plan.png"
+        r = headless(url, f"--screenshot={shot}", "--window-size=1400,1100")
+        assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+        data = shot.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        if os.environ.get("GPUROSTER_WRITE_SCREENSHOT") == "1":
+            SCREENSHOT.write_bytes(data)
+    finally:
+        ext.stop()
+        print(ext.log()[-3000:])
