@@ -8,7 +8,8 @@ the cluster shows no trace of gpuroster: no Event from it, no admission
 annotation, condition or Lease, no scale, no eviction; the objects nobody else
 touches keep their resourceVersions (or spec), and the read-only client it
 plans through saw no write to refuse. Headless Chromium
-(Debian's) then loads the plan page; its screenshot goes to docs/images/.
+(Debian's) then loads the plan page and takes its screenshot; with
+GPUROSTER_WRITE_SCREENSHOT=1 it replaces docs/images/plan-page-shadow.png.
 """
 
 from __future__ import annotations
