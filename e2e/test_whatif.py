@@ -1,6 +1,6 @@
 """`gpuroster whatif` rebuilds a replay from Prometheus alone, exactly.
 
-A small scenario (three 4-GPU nodes, a service, jobs of 1, 2 and 4 GPUs, one
+A small scenario (four 4-GPU nodes, two services, jobs of 1, 2 and 4 GPUs, one
 of which waits for a whole node, and a two-pod gang) is replayed on a control
 plane of its own under the stock kube-scheduler (the `default` peer), its pods
 annotated as a gpuroster user annotates them before adopting it (gang, workload;
@@ -9,10 +9,13 @@ duration on some jobs only: the others' come from their PriorityClass and from
 what was observed). A real Prometheus (the harness's build) scrapes, every
 second, the kube-state-metrics stand-in (e2e/ksm_standin.py: the Go module proxy
 refuses KSM itself; it writes KSM v2's series, started with the allowlist flags
-docs/try-it-first.md gives). Then `gpuroster whatif` reads Prometheus alone and
-must give every job's arrival step, GPUs, gang, priority and duration as
-replayed, the service's demand, and the replay's read-back grid cell for cell
-(and its GPUs held by a partial gang, if any).
+docs/try-it-first.md gives), and a gauge of one service's true demand, which its
+Deployment names in `gpuroster.io/demand-query` (the stock peer holds the service
+at its peak: the static reservation). Then `gpuroster whatif` reads Prometheus
+alone and must give every job's arrival step, GPUs, gang, priority and duration
+as replayed, both services' demand (one from its query, one from its replica
+history), the GPU-hours the reservation held above demand, and the replay's
+read-back grid cell for cell (and its GPUs held by a partial gang, if any).
 
 The step mapping is explicit: the replay counts an event in step k when its
 sample of step k (0.85 into the step) first sees it, and the stock peer acts
@@ -32,7 +35,7 @@ import numpy as np
 import yaml
 
 from e2e.ksm_standin import KsmStandin
-from e2e.test_prometheus import instant, running_prometheus
+from e2e.test_prometheus import Gauge, instant, running_prometheus
 from extender import cli, replay
 from extender.adapter import annotations as ann
 from extender.localcluster import binaries_dir
@@ -49,25 +52,36 @@ CUT_BEFORE_SAMPLE = 2.0
 # jobs told their priority and expected duration by annotation; the rest by their
 # PriorityClass and their observed duration
 ANNOTATED = {"wide": 2, "one": 3, "big": 2}  # job -> expected duration (steps)
+INFER_DEMAND = [1, 0, 0, 1, 1, 0, 0, 1]
+DEMAND_QUERY = 'max(demand_gpus{job="demand"})'
 
 
 def _scenario() -> model.Scenario:
     return (
-        scenario("whatif-small").nodes(3, 4).window(8)
+        scenario("whatif-small").nodes(4, 4).window(8)
         .job("wide", gpus=4, d=2, arrival=0, priority=4)
+        .job("wide2", gpus=4, d=2, arrival=0, priority=1)
+        .job("wide3", gpus=4, d=2, arrival=0, priority=2)  # runs unless a service has its node
         .job("half", gpus=2, d=3, arrival=1, priority=2)
-        .job("queued", gpus=4, d=2, arrival=1, priority=2)  # waits for a whole node
-        .job("one", gpus=1, d=2, arrival=2, priority=1)
+        .job("queued", gpus=4, d=2, arrival=1, priority=2)  # no whole node free until step 2
         .job("big", gpus=8, d=2, arrival=4, priority=8)
         .job("late", gpus=2, d=2, arrival=5, priority=1)
+        .job("one", gpus=1, d=1, arrival=6, priority=1)
         .job("last", gpus=1, d=1, arrival=7, priority=2)
         .service("chat", [1] * 8, priority=5)
+        .service("infer", INFER_DEMAND, priority=2)  # held at its peak, 1, by the stock peer
         .build()
     )
 
 
 class AnnotatedStockPeer(stock.DefaultPeer):
-    """The stock scheduler, its job pods annotated as a user of gpuroster annotates them."""
+    """The stock scheduler, its job pods annotated as a user of gpuroster annotates them,
+    `infer`'s Deployment naming its demand query."""
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        ctx.apps.patch_namespaced_deployment("infer", ctx.namespace, {"metadata": {
+            "annotations": {ann.DEMAND_QUERY: DEMAND_QUERY}}})
 
     def submit(self, ctx: Context, job: model.Job, t: int) -> None:
         g = ctx.scenario.cluster.gpus_per_node
@@ -91,14 +105,21 @@ def test_whatif_rebuilds_a_stock_scheduler_replay_from_prometheus_alone(tmp_path
     with replay.local_cluster() as (kubeconfig, port):
         standin = KsmStandin(world.api(kubeconfig), reading.KSM_ARGS)
         standin.start()
+        # infer's true demand in step t, set right after the replay's sample of step t-1
+        gauge = Gauge(INFER_DEMAND[0])
+
+        def next_demand(t: int, peer: object) -> None:
+            gauge.value = INFER_DEMAND[min(t + 1, T - 1)]
+
         try:
             bins = types.SimpleNamespace(bin_dir=binaries_dir())
-            with running_prometheus(bins, tmp_path, {"ksm": f"127.0.0.1:{standin.port}"}) as url:  # type: ignore[arg-type]
+            targets = {"ksm": f"127.0.0.1:{standin.port}", "demand": f"127.0.0.1:{gauge.port}"}
+            with running_prometheus(bins, tmp_path, targets) as url:  # type: ignore[arg-type]
                 wait_for(lambda: instant(url, 'up{job="ksm"} == 1'), 30,
                          "Prometheus to scrape the kube-state-metrics stand-in")
                 started = time.time()
                 rep = replay.play(s, AnnotatedStockPeer(), kubeconfig, port, step_seconds=S,
-                                  work_dir=tmp_path / "replay")
+                                  work_dir=tmp_path / "replay", on_step=next_demand)
                 print(f"[e2e] replay: {time.time() - started:.0f} s; starts {rep.starts}; "
                       f"notes {rep.notes}")
                 origin = rep.t0 - (1 - driving.SAMPLE_AT) * S - CUT_BEFORE_SAMPLE
@@ -116,8 +137,11 @@ def test_whatif_rebuilds_a_stock_scheduler_replay_from_prometheus_alone(tmp_path
                 assert rc == 0
         finally:
             standin.stop()
-    # every job ran inside the window in the replay: the comparison is whole
+            gauge.httpd.shutdown()
+    # every job ran inside the window in the replay: the comparison is whole; and one
+    # waited (no whole node was free in step 1), so a start after arrival is compared too
     assert set(rep.starts) == {j.name for j in s.jobs}, rep.starts
+    assert rep.starts["queued"] > 1, rep.starts
     rebuilt = yaml.safe_load((out / "scenario.yaml").read_text())
     summary = json.loads((out / "whatif.json").read_text())
     got = {j["name"]: j for j in rebuilt["jobs"]}
@@ -136,9 +160,14 @@ def test_whatif_rebuilds_a_stock_scheduler_replay_from_prometheus_alone(tmp_path
         else:
             assert src["priority"] == f"PriorityClass {stock.priority_class(j.priority)}"
             assert (src["estimate"], r["estimate_steps"]) == ("observed", j.duration_steps)
-    assert rebuilt["cluster"] == {"nodes": 3, "gpus_per_node": 4}
-    (chat,) = rebuilt["services"]
-    assert (chat["name"], chat["demand"], chat["priority"]) == ("chat", [1] * T, 5)
+    assert rebuilt["cluster"] == {"nodes": 4, "gpus_per_node": 4}
+    services = {v["name"]: v for v in rebuilt["services"]}
+    assert (services["chat"]["demand"], services["chat"]["priority"]) == ([1] * T, 5)
+    assert (services["infer"]["demand"], services["infer"]["priority"]) == (INFER_DEMAND, 2)
+    # the stock peer held infer at its peak all along: each step below it is a GPU-hour
+    # reserved, not used
+    held_idle = sum(max(INFER_DEMAND) - d for d in INFER_DEMAND)
+    assert summary["verdict"]["actual"]["reserved_idle_gpu_hours"] == held_idle
     # what happened, cell for cell as the replay read it back
     actual = json.loads((out / "whatif-small.actual.json").read_text())
     assert actual["grid"] == _named(rep.grid, rep.names)
