@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from e2e import accounts
 from e2e.test_extender import Extender, gang_pods
 from extender.localcluster import Cluster, binaries_dir, objects
 from extender.localcluster.waiting import wait_for
@@ -52,6 +53,24 @@ def shadowed(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         c.down(remove=not failed)
         if failed:
             print(f"[shadow] logs kept in {c.log_dir}")
+
+
+def shadow_account(cluster: Cluster, ns: str, tmp_path: Path) -> Path:
+    """The chart's ServiceAccount and RBAC for `shadow: true` (rendered by helm, applied
+    as they are); a kubeconfig that authenticates as that account."""
+    import yaml
+
+    from tests.helm import rendering
+
+    r = rendering.template({"shadow": True, "config": {"namespaces": [ns]}}, namespace=ns)
+    wanted = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    docs = [d for d in r.objects if d["kind"] in wanted
+            and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "scheduler"]
+    rbac = tmp_path / "shadow-rbac.yaml"
+    rbac.write_text(yaml.safe_dump_all(docs))
+    cluster.kubectl("apply", "-f", str(rbac))
+    return accounts.service_account_kubeconfig(cluster, ns, "gr-gpuroster",
+                                               tmp_path / "shadow.kubeconfig")
 
 
 def chromium() -> str:
@@ -87,7 +106,16 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
     apps.create_namespaced_deployment(ns, objects.inference_deployment(
         "chat", {"gpuroster.io/demand-configmap": "chat-demand",
                  "gpuroster.io/max-swap": "2"}, replicas=1))
-    ext = Extender(shadowed, ns, tmp_path, GPUROSTER_SHADOW="true")
+    # gpuroster runs as the chart's shadow-mode account: read-only, so the API server
+    # itself would refuse any write it tried.
+    kc = shadow_account(shadowed, ns, tmp_path)
+    for verb, resource, sub in (("patch", "pods", ""), ("create", "pods", "binding"),
+                                ("create", "events", ""), ("patch", "pods", "status")):
+        assert not accounts.can_i(kc, accounts.Access(verb, resource, subresource=sub,
+                                                      namespace=ns)), (verb, resource, sub)
+    assert accounts.can_i(kc, accounts.Access("watch", "pods", namespace=ns))
+    ext = Extender(shadowed, ns, tmp_path, GPUROSTER_SHADOW="true",
+                   GPUROSTER_KUBECONFIG=str(kc))
     started = time.monotonic()
     ext.start()
     try:
@@ -96,9 +124,10 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
                         for n in core.list_node().items}
         # 24 GPUs; 2x4 + 1x2 + 2x8 + 1x8 + the service's 1: not all of it fits.
         # Expected durations of 8 to 14 steps: the grid shows ends and planned starts.
-        names = gang_pods(core, ns, "train", 2, 4, runtime="60s", duration="20s",
+        # train and solo end after their 20 s; then kube-scheduler starts waiting work.
+        names = gang_pods(core, ns, "train", 2, 4, runtime="20s", duration="20s",
                           priority="high")
-        names += gang_pods(core, ns, "solo", 1, 2, runtime="60s", duration="16s")
+        names += gang_pods(core, ns, "solo", 1, 2, runtime="20s", duration="16s")
         names += gang_pods(core, ns, "wide", 2, 8, runtime="60s", duration="28s")
         names += gang_pods(core, ns, "later", 1, 8, runtime="60s", duration="24s",
                            priority="low")
@@ -123,10 +152,44 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
         assert 'gpuroster_shadow_service_replicas_actual{service="shadow/chat"} 1.0' in \
             metrics_text
         assert "gpuroster_shadow_waiting_gangs" in metrics_text
-        assert "gpuroster_shadow_writes_blocked_total" not in metrics_text.replace(
-            "# HELP gpuroster_shadow_writes_blocked_total", "").replace(
-            "# TYPE gpuroster_shadow_writes_blocked_total", "")
+        assert "gpuroster_shadow_writes_blocked_total{" not in metrics_text  # no sample
         assert "Shadow mode." in html and "<svg" in html
+
+        # --- the page in a real browser ---------------------------------------------------
+        url = ext.url + "/plan/view"
+        dom = headless(url, "--dump-dom", "--virtual-time-budget=3000")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        for needle in ("Shadow mode.", "<svg", "Waiting: what each job waits for",
+                       f"{ns}/train", f"{ns}/wide", f"{ns}/later", f"{ns}/chat"):
+            assert needle in dom.stdout, needle
+        shot = tmp_path / "plan.png"
+        r = headless(url, f"--screenshot={shot}", "--window-size=1400,1100")
+        assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+        data = shot.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        if os.environ.get("GPUROSTER_WRITE_SCREENSHOT") == "1":
+            SCREENSHOT.write_bytes(data)
+        # --- a waiting gang started by kube-scheduler, measured against the plan ---------
+        waiting = {n for n, j in jobs.items() if j["state"] != "running"}
+        wait_for(lambda: "started by the cluster's scheduler" in ext.log() or None, 40.0,
+                 f"kube-scheduler starts one of {sorted(waiting)} once train and solo end")
+        time.sleep(STEP)
+        metrics_text = ext.get("/metrics")
+        starts = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                  for line in metrics_text.splitlines()
+                  if line.startswith("gpuroster_shadow_gang_starts_total{")}
+        placed = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                  for line in metrics_text.splitlines()
+                  if line.startswith("gpuroster_shadow_pod_placements_total{")}
+        assert sum(starts.values()) >= 1 and sum(placed.values()) >= 1, (starts, placed)
+        assert "gpuroster_shadow_start_delay_seconds_count" in metrics_text or \
+            'versus="unplanned"' in str(starts), metrics_text
+        assert "gpuroster_shadow_writes_blocked_total{" not in metrics_text
+        started_lines = [ln for ln in ext.log().splitlines()
+                         if "started by the cluster's scheduler" in ln]
+        print(f"[shadow] {len(bound)} of {len(names)} pods bound by kube-scheduler at first; "
+              f"later: {started_lines[0].split('shadow: ', 1)[1]}; starts {starts}, "
+              f"pods {placed}")
 
         # --- and nothing of gpuroster is in the cluster ----------------------------------
         pods = core.list_namespaced_pod(ns).items
@@ -150,24 +213,10 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
             "chat-demand", ns).metadata.resource_version == rv_cm
         for n in core.list_node().items:
             assert (n.spec.to_dict(), n.metadata.labels) == nodes_before[n.metadata.name]
-        print(f"[shadow] {len(bound)} of {len(names)} pods bound by kube-scheduler alone; "
-              f"{len(running)} gangs running, plan step {view['step']}; "
-              f"{time.monotonic() - started:.1f}s")
 
-        # --- the page in a real browser ---------------------------------------------------
-        url = ext.url + "/plan/view"
-        dom = headless(url, "--dump-dom", "--virtual-time-budget=3000")
-        assert dom.returncode == 0, dom.stderr[-2000:]
-        for needle in ("Shadow mode.", "<svg", "Waiting: what each job waits for",
-                       f"{ns}/train", f"{ns}/wide", f"{ns}/later", f"{ns}/chat"):
-            assert needle in dom.stdout, needle
-        shot = tmp_path / "plan.png"
-        r = headless(url, f"--screenshot={shot}", "--window-size=1400,1100")
-        assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
-        data = shot.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-        if os.environ.get("GPUROSTER_WRITE_SCREENSHOT") == "1":
-            SCREENSHOT.write_bytes(data)
+        assert "Forbidden" not in ext.log() and "refused to" not in ext.log()
+        print(f"[shadow] no trace of gpuroster in the cluster after "
+              f"{time.monotonic() - started:.1f}s")
     finally:
         ext.stop()
         print(ext.log()[-3000:])

@@ -350,8 +350,9 @@ def _placed(gang: Gang, index: Mapping[str, int]) -> None:
                                 f"{gang.name} placed by the cluster's scheduler")
         return
     gang.placed = bound
+    # It started when its last pod was placed (another scheduler may place one at a time).
     times = [t for p in gang.pods if (t := started_at(p)) is not None]
-    gang.placed_at = min(times) if times else gang.arrival
+    gang.placed_at = max(times) if times else gang.arrival
 
 
 def _place_blocks(gangs: Mapping[str, Gang], cluster: model.Cluster,

@@ -51,7 +51,12 @@ class Observer:
             out.waiting_gangs += 1
             block = plan.planned_block.get(name)
             nodes = block_nodes(snap, block) if block else frozenset()
-            self._planned[name] = (plan.planned_start.get(name), nodes)
+            if g.waiting_for or g.error:
+                # Not plannable now (incomplete, or another scheduler placed part of it):
+                # what the plan last said for it stands.
+                self._planned.setdefault(name, (None, frozenset()))
+            else:
+                self._planned[name] = (plan.planned_start.get(name), nodes)
             if name in plan.starts:
                 self._first_now.setdefault(name, step)
                 out.would_start_gangs += 1

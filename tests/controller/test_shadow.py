@@ -235,3 +235,21 @@ def test_a_service_holds_where_its_pods_run_not_what_a_plan_gave_it() -> None:
     rig.step(1)
     planned = rig.ctl.table.service_planned["ns/chat"]
     assert set(planned) == {"gpu-node-0"} and sum(planned.values()) == 3, planned
+
+
+def test_a_gang_placed_one_pod_at_a_time_is_compared_with_the_plan_before() -> None:
+    """kube-scheduler binds a gang's pods one by one: the round in between sees it
+    partly placed (not plannable), which must not erase the plan it had for it."""
+    rig = ShadowRig(nodes=1)
+    keys = gang(rig.fake, "a", 2, 4, d="30s")
+    r0 = rig.step()
+    assert "ns/a" in r0.plan.starts
+    on_time = counter("gpuroster_shadow_gang_starts_total", versus="on_time")
+    unplanned = counter("gpuroster_shadow_gang_starts_total", versus="unplanned")
+    rig.place(keys[0], "gpu-node-0", START + 1)
+    rig.step()
+    rig.place(keys[1], "gpu-node-0", START + 2)
+    rig.step()
+    assert counter("gpuroster_shadow_gang_starts_total", versus="on_time") == on_time + 1
+    assert counter("gpuroster_shadow_gang_starts_total", versus="unplanned") == unplanned
+    assert rig.ctl.take_snapshot().gangs["ns/a"].placed_at == START + 2
