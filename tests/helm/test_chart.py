@@ -842,3 +842,20 @@ def test_shadow_mode_reads_only_binds_nothing_and_never_blocks_the_scheduler() -
         "false"
     (ext,) = scheduler_config(d)["extenders"]
     assert ext["bindVerb"] == "bind" and ext["ignorable"] is False
+
+
+def test_the_local_clusters_shadow_stanza_is_the_charts(tmp_path: Any) -> None:
+    """The shadow e2e test runs the real kube-scheduler with the local cluster's shadow
+    stanza: the same verbs and settings as the chart's for `shadow: true`."""
+    from pathlib import Path
+
+    from extender.localcluster import rendering as local
+
+    doc = local.scheduler_config(Path(tmp_path) / "s.yaml", kubeconfig=Path("/k"),
+                                 extender_port=1, shadow=True)
+    (mine,) = doc["extenders"]
+    (charts,) = scheduler_config(rendering.template({"shadow": True}, namespace=NS))["extenders"]
+    keys = ("filterVerb", "prioritizeVerb", "bindVerb", "ignorable", "nodeCacheCapable",
+            "managedResources")
+    assert {k: mine.get(k) for k in keys} == {k: charts.get(k) for k in keys}
+    assert mine.get("bindVerb") is None and mine["ignorable"] is True
