@@ -36,6 +36,12 @@ PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 # Kueue, a replay peer (`gpuroster bench --policies kueue`): v0.17.0 is the one 0.17
 # release the module proxy serves.
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+# kube-state-metrics, for `gpuroster whatif`'s e2e test (e2e/test_whatif.py). Not built
+# by default: the module proxy answers 403 for k8s.io/kube-state-metrics/v2 (every
+# version and the version list; 2026-12-04), so the test scrapes e2e/ksm_standin.py.
+# The day it serves it, pin the version here: the test then starts
+# bin/kube-state-metrics-<version> with the flags docs/try-it-first.md gives.
+KSM_VERSION="${KSM_VERSION:-}"
 
 CACHE="${GPUROSTER_CACHE:-$HOME/.cache/gpuroster}"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -220,6 +226,20 @@ build_kueue() {
   stamp "$name" "$ld"
 }
 
+# kube-state-metrics (module root is its main package): only when KSM_VERSION is set.
+build_kube_state_metrics() {
+  [[ -n "$KSM_VERSION" ]] || return 0
+  local name="kube-state-metrics-$KSM_VERSION" v=github.com/prometheus/common/version
+  local ld="-s -w -X $v.Version=${KSM_VERSION#v}"
+  fresh "$name" "$ld" && return 0
+  log "kube-state-metrics $KSM_VERSION"
+  local tmp="$CACHE/src/$name"
+  mkdir -p "$tmp"
+  GOBIN="$tmp" go install -trimpath -ldflags "$ld" "k8s.io/kube-state-metrics/v2@$KSM_VERSION"
+  mv "$tmp/kube-state-metrics" "$BIN/$name"
+  stamp "$name" "$ld"
+}
+
 build_etcd
 build_kwok
 build_helm
@@ -227,6 +247,7 @@ build_k8s
 build_prometheus
 fetch_crds
 build_kueue
+build_kube_state_metrics
 
 elapsed=$(( $(date +%s) - started ))
 log "all binaries in $BIN (${elapsed}s this run)"
