@@ -173,19 +173,19 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
                  error_window: int, tolerance: int = 0, timing_window: int = 24,
                  evidence: float = 1.0) -> list[int]:
     """GPUs over `forecast` the plan holds at each lead: for the peak's timing error
-    (the forecast dilated by `headroom.timing` steps each way, at most `tolerance`,
+    (the forecast dilated by `headroom.span` steps ahead and back, at most `tolerance`,
     learned over `timing_window` steps once `evidence` says when the peak comes), and
     headroom for the recent error against that (`headroom.curve`) at the service's
     objective (or `service_level` when it sets none)."""
     pf: Sequence[int] = v.past_forecast
-    k = headroom.timing(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
-    if not k and not (v.past_demand and pf):
+    early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
+    if not (early or late) and not (v.past_demand and pf):
         return [0] * len(forecast)
-    wide = headroom.dilate(forecast, k, pf)
+    wide = headroom.dilate(forecast, early, pf, late)
     if not (v.past_demand and pf):
         return [a - b for a, b in zip(wide, forecast, strict=True)]
-    if k:  # the past forecast dilated alike (its last k steps see the forecast ahead)
-        pf = headroom.dilate(list(pf) + forecast[:k], k)[:len(pf)]
+    if early or late:  # the past forecast dilated alike (its last steps see the forecast ahead)
+        pf = headroom.dilate(list(pf) + forecast[:early], early, (), late)[:len(pf)]
     level = v.service_level if v.service_level is not None else service_level
     room = headroom.curve(wide, v.past_demand, pf, level, error_window)
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]

@@ -105,42 +105,56 @@ def delivered(demand: Sequence[int], allocated: Sequence[int]) -> float | None:
     return 1.0 - short / total
 
 
-def dilate(curve: Sequence[int], k: int, before: Sequence[int] = ()) -> list[int]:
-    """curve[j] raised to the most of curve[j-k .. j+k] (`before`: the steps ahead of
-    curve[0], oldest first; the curve's ends are held past its ends)."""
-    if k <= 0 or not curve:
+def dilate(curve: Sequence[int], k: int, before: Sequence[int] = (),
+           late: int | None = None) -> list[int]:
+    """curve[j] raised to the most of curve[j-late .. j+k] (`late` defaults to `k`: a
+    peak `k` steps early or late; `before`: the steps ahead of curve[0], oldest first;
+    the curve's ends are held past its ends)."""
+    back = k if late is None else late
+    k = max(0, k)
+    back = max(0, back)
+    if not (k or back) or not curve:
         return list(curve)
-    head = list(before[len(before) - k:]) if before else []
-    ext = [curve[0]] * (k - len(head)) + head + list(curve) + [curve[-1]] * k
+    head = list(before[len(before) - back:]) if before and back else []
+    ext = [curve[0]] * (back - len(head)) + head + list(curve) + [curve[-1]] * k
     n = len(curve)
-    out = ext[k : k + n]
-    for j in range(-k, k + 1):  # C-level maps: this runs per service on every re-plan
+    out = ext[back : back + n]
+    for j in range(-back, k + 1):  # C-level maps: this runs per service on every re-plan
         if j:
-            out = list(map(max, out, ext[k + j : k + j + n]))
+            out = list(map(max, out, ext[back + j : back + j + n]))
     return out
 
 
 def timing(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequence[int],
            tolerance: int, window: int, evidence: float = 1.0) -> int:
-    """Steps of timing error to plan a service for: the forecast dilated by this many
-    steps each way (`dilate`) covers a peak that comes that much early or late.
+    """Steps of timing error to plan a service for, either way: the most of `span`'s
+    two sides."""
+    return max(span(past_demand, past_forecast, ahead, tolerance, window, evidence))
+
+
+def span(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequence[int],
+         tolerance: int, window: int, evidence: float = 1.0) -> tuple[int, int]:
+    """Steps of timing error to plan a service for, (early, late): the forecast dilated
+    by that many steps ahead and back (`dilate`) covers a peak that comes that early or
+    late.
 
     A forecast's timing shows only where it moves: until the forecast paired with
     demand over the last `window` steps has risen and fallen by `evidence` times its
     swing ahead (the most less the least of `ahead`), nothing says when the peak comes,
-    and the answer is `tolerance`. After, the lag within +/-`tolerance` that best aligns
-    the forecast with the demand seen (least absolute error; ties to the smallest lag):
-    0 when the forecast came on time."""
+    and the answer is `tolerance` both ways. After, the lag within +/-`tolerance` that
+    best aligns the forecast with the demand seen (least absolute error; ties to the
+    smallest lag), on its side only: (early, late) steps, (0, 0) when the forecast came
+    on time; a peak seen to come late is not also held early (`dilate`'s two sides)."""
     if tolerance <= 0:
-        return 0
+        return 0, 0
     n = min(len(past_demand), len(past_forecast), window)
     if n <= tolerance:
-        return tolerance
+        return tolerance, tolerance
     f = list(past_forecast[len(past_forecast) - n:])
     swing = max(ahead[:window]) - min(ahead[:window]) if ahead else 0
     moved = sum(map(abs, map(operator.sub, f[1:], f[:-1])))
     if moved < evidence * swing or moved == 0:
-        return tolerance
+        return tolerance, tolerance
     d = past_demand[len(past_demand) - n:]
     f += list(ahead[:tolerance])
     best, best_err = 0, None
@@ -150,5 +164,5 @@ def timing(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequ
         err = sum(map(abs, map(operator.sub, d[lo:hi], f[lo + lag : hi + lag])))
         err = err * n / max(1, hi - lo)
         if best_err is None or err < best_err:
-            best, best_err = abs(lag), err
-    return best
+            best, best_err = lag, err
+    return max(0, best), max(0, -best)

@@ -124,6 +124,24 @@ def test_timing_learns_the_lag_of_a_peak_that_came_early_or_on_time() -> None:
     assert headroom.timing(late[:12], told[:12], told[12:], tolerance=3, window=24) == 1
 
 
+def test_span_widens_only_on_the_side_the_peak_was_seen_to_move() -> None:
+    told = DAY * 2
+    early = DAY[2:] + DAY + DAY[:2]
+    late = DAY[-1:] + DAY + DAY[:-1]
+    flat = [2] * 6
+    assert headroom.span(flat, flat, DAY, tolerance=3, window=24) == (3, 3)  # not known yet
+    assert headroom.span(told[:12], told[:12], told[12:], tolerance=3, window=24) == (0, 0)
+    assert headroom.span(early[:12], told[:12], told[12:], tolerance=3, window=24) == (2, 0)
+    assert headroom.span(late[:12], told[:12], told[12:], tolerance=3, window=24) == (0, 1)
+
+
+def test_dilate_one_sided() -> None:
+    # early by 1 only: a step holds itself and the next; late by 1 only: itself and the last
+    assert headroom.dilate([0, 0, 4, 0, 0], 1, late=0) == [0, 4, 4, 0, 0]
+    assert headroom.dilate([0, 0, 4, 0, 0], 0, late=1) == [0, 0, 4, 4, 0]
+    assert headroom.dilate([0, 0, 0], 0, before=[5, 1], late=2) == [5, 1, 0]
+
+
 def _early_peak(shift_hours: float) -> tuple[model.Scenario, np.ndarray]:
     """8 GPUs, a service whose forecast peak (6 GPUs at hours 8-11) comes 3 hours early,
     and a long 4-GPU job queued at step 0: lent out at once, it holds the GPUs the early
