@@ -117,7 +117,8 @@ class Full:
         if n > o.max_gpus or len(inp.queued) > o.max_jobs:
             self._note(inp, "skipped", "fast", None, 0.0, None, t0)
             return fast
-        m = _Model(inp, o)
+        m = _Model(inp, o, self.fast.options if isinstance(self.fast, allocating.Gpuroster)
+                   else allocating.Options())
         fast_obj = m.hint(fast)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = o.time_limit_s
@@ -177,7 +178,8 @@ def legal_starts(size: int, cluster: model.Cluster) -> list[int]:
 class _Model:
     """The CP-SAT model of one step's horizon."""
 
-    def __init__(self, inp: model.PlanInput, o: Options) -> None:
+    def __init__(self, inp: model.PlanInput, o: Options,
+                 fast: allocating.Options | None = None) -> None:
         self.inp = inp
         self.o = o
         c = inp.cluster
@@ -240,8 +242,13 @@ class _Model:
         self.hold0: dict[str, list[cp_model.IntVar]] = {}
         self.forecast: dict[str, list[int]] = {}
         swaps: list[cp_model.IntVar] = []
+        # The services' demand to plan against: the fast plan's curves, headroom for the
+        # recent error and the peak's timing tolerance included (the same `Options`).
+        told = {v.name: allocating.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
+        rooms = allocating.service_rooms(inp, fast or allocating.Options(), told)
         for v in inp.services:
-            f = allocating.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory)
+            f = allocating.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
+                                         room=rooms[v.name], forecast=told[v.name])
             self.forecast[v.name] = f
             a = [cp.new_int_var(0, n, f"{v.name}#{k}") for k in range(H)]
             sf = [cp.new_int_var(0, max(0, f[k]), f"{v.name}!{k}") for k in range(H)]

@@ -191,6 +191,21 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
 
 
+def service_rooms(inp: model.PlanInput, o: Options,
+                  told: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Per service, the GPUs over its forecast (`told`, by name) the plan holds at each
+    lead under options `o` (`service_room`): the fast plan's, and full mode's too."""
+    spd = inp.steps_per_day
+    # (At most an eighth of the horizon: a timing error is a part of the day the plan
+    # sees, and the lag search stays a few dozen sums where steps are short.)
+    tolerance = min(round(o.shift_hours * spd / 24), inp.horizon // 8)
+    return {
+        v.name: service_room(v, told[v.name], o.service_level, o.error_window or spd,
+                             tolerance, spd, o.evidence)
+        for v in inp.services
+    }
+
+
 def service_curve(
     v: model.ServiceState, length: int, now: int, period: int, error_memory: float,
     service_level: float = 0.99, error_window: int = headroom.DEFAULT_WINDOW,
@@ -275,15 +290,7 @@ class Gpuroster:
 
         # Services: their curves, and the capacity they leave for batch work.
         told = {v.name: forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
-        spd = inp.steps_per_day
-        # (At most an eighth of the horizon: a timing error is a part of the day the plan
-        # sees, and the lag search stays a few dozen sums where steps are short.)
-        tolerance = min(round(o.shift_hours * spd / 24), H // 8)
-        rooms = {
-            v.name: service_room(v, told[v.name], o.service_level, o.error_window or spd,
-                                 tolerance, spd, o.evidence)
-            for v in inp.services
-        }
+        rooms = service_rooms(inp, o, told)
         curves = {
             v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory,
                                   room=rooms[v.name], forecast=told[v.name])

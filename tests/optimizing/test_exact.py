@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from extender.optimizing import bound, exact
-from extender.planner import generator, legality, metrics, model, policies, simulating
+from extender.planner import (
+    allocating,
+    generator,
+    legality,
+    metrics,
+    model,
+    policies,
+    simulating,
+)
 from tests.builders import scenario
 from tests.optimizing.test_bound import HAND, fragmentation
 
@@ -128,3 +136,22 @@ def test_a_full_mode_bench_row_writes_a_result_file_with_the_solver_stats(tmp_pa
     assert doc["policy"] == "gpuroster-full"
     assert doc["solver"]["steps"] == len(doc["solver"]["per_step"]) > 0
     assert {"status", "used", "objective", "gap"} <= set(doc["solver"]["per_step"][0])
+
+
+@pytest.mark.parametrize(("hours", "early"), [(0.0, False), (3.0, True)])
+def test_full_mode_plans_against_the_fast_plans_widened_curve(hours: float, early: bool) -> None:
+    # The peak's timing tolerance (fast option shift_hours) widens the demand full mode
+    # plans against, as in the fast plan: the forecast's peak at hours 8-11, held from
+    # hour 5 when a peak may come 3 hours early.
+    told = [1] * 8 + [6] * 4 + [1] * 12
+    s = model.Scenario(
+        "early-peak", "", model.Cluster(1, 8), 60, 24, 24,
+        (model.Job("long", "training", 4, 20, 20, 0, 1.0),),
+        (model.Service("chat", 4.0, 8, tuple(told), tuple(told), 0.99),),
+    )
+    full = exact.Full(time_limit_s=2.0, fast_options={"shift_hours": hours})
+    inp = simulating.plan_input(s, 0, {}, set(), {})
+    assert isinstance(full.fast, allocating.Gpuroster)
+    m = exact._Model(inp, full.options, full.fast.options)
+    assert (m.forecast["chat"][5] == 6) == early
+    assert m.forecast["chat"][8] == 6
