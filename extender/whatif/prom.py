@@ -35,9 +35,13 @@ class Client:
     def _get(self, path: str, params: dict[str, str]) -> Any:
         query = params["query"]
         self.queries.append(query)
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        # POST (form-encoded, as the HTTP API takes it): a query naming a few hundred pod
+        # uids is longer than a URL should be
+        req = urllib.request.Request(
+            f"{self.url}{path}", data=urllib.parse.urlencode(params).encode(), method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded"})
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as r:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 body = r.read()
         except urllib.error.HTTPError as e:
             try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from extender.adapter import annotations as ann
@@ -44,31 +45,42 @@ def ksm_label(prefix: str, key: str) -> str:
     return prefix + _INVALID.sub("_", key)
 
 
-# {w}: the window as a PromQL range ("604800s"); {r}: a subquery resolution.
-GPU_REQUESTS = ('max by (namespace, pod, uid, container) (max_over_time('
-                'kube_pod_container_resource_requests{{resource="nvidia_com_gpu"}}[{w}]))')
-GPU_PODS = "sum by (namespace, pod, uid) (" + GPU_REQUESTS + ")"
-_OF_GPU_PODS = " and on (uid) " + GPU_REQUESTS
+# {w}: the window as a PromQL range ("604800s"); {r}: a subquery resolution; {uids}: GPU
+# pods' uids, `|`-joined (UID_BATCH at a time), {names}: Deployment or ReplicaSet names.
+# Every per-pod query selects the GPU pods by uid, so the other pods' series (most of a
+# week's samples) are never loaded.
+GPU_PODS = ('sum by (namespace, pod, uid) (max by (namespace, pod, uid, container) ('
+            'max_over_time(kube_pod_container_resource_requests{{resource="nvidia_com_gpu"}}'
+            '[{w}])))')
+_POD = "{{uid=~`{uids}`}}"  # a raw string: the regex's escapes reach it as written
 QUERIES = {
-    "any_pods": "count(max_over_time(kube_pod_created[{w}]))",
-    "gpu_pods": GPU_PODS,
-    "created": "max_over_time(kube_pod_created[{w}])" + _OF_GPU_PODS,
-    "started": "max_over_time(kube_pod_start_time[{w}])" + _OF_GPU_PODS,
-    "completed": "max_over_time(kube_pod_completion_time[{w}])" + _OF_GPU_PODS,
-    "last_seen": "max_over_time(timestamp(kube_pod_created)[{w}:{r}])" + _OF_GPU_PODS,
-    "info": "last_over_time(kube_pod_info[{w}])" + _OF_GPU_PODS,
-    "owner": "last_over_time(kube_pod_owner[{w}])" + _OF_GPU_PODS,
-    "pod_annotations": "last_over_time(kube_pod_annotations[{w}])" + _OF_GPU_PODS,
-    "pod_labels": "last_over_time(kube_pod_labels[{w}])" + _OF_GPU_PODS,
+    "any_nodes": "count(last_over_time(kube_node_status_capacity[{w}]))",
     "nodes": ('max by (node) (max_over_time('
               'kube_node_status_capacity{{resource="nvidia_com_gpu"}}[{w}]))'),
+    "gpu_pods": GPU_PODS,
+    "created": "max_over_time(kube_pod_created" + _POD + "[{w}])",
+    "started": "max_over_time(kube_pod_start_time" + _POD + "[{w}])",
+    "completed": "max_over_time(kube_pod_completion_time" + _POD + "[{w}])",
+    "last_seen": "max_over_time(timestamp(kube_pod_created" + _POD + ")[{w}:{r}])",
+    "info": "last_over_time(kube_pod_info" + _POD + "[{w}])",
+    "owner": "last_over_time(kube_pod_owner" + _POD + "[{w}])",
+    "pod_annotations": "last_over_time(kube_pod_annotations" + _POD + "[{w}])",
+    "pod_labels": "last_over_time(kube_pod_labels" + _POD + "[{w}])",
     "node_labels": "last_over_time(kube_node_labels[{w}])",
-    "replicaset_owner": 'last_over_time(kube_replicaset_owner{{owner_kind="Deployment"}}[{w}])',
-    "deployment_annotations": "last_over_time(kube_deployment_annotations[{w}])",
+    "replicaset_owner": ('last_over_time(kube_replicaset_owner{{owner_kind="Deployment", '
+                         'replicaset=~`{names}`}}[{w}])'),
+    "deployment_annotations": ('last_over_time(kube_deployment_annotations'
+                               '{{deployment=~`{names}`}}[{w}])'),
 }
+UID_BATCH = 200
 # Range queries, one point at the end of each step.
 REPLICAS = ('max by (namespace, deployment) '
             '(kube_deployment_spec_replicas{{namespace="{ns}", deployment="{name}"}})')
+
+
+def alternatives(values: Iterable[str]) -> str:
+    """A regex matching exactly these values (for a PromQL raw string, in backticks)."""
+    return "|".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", v) for v in sorted(set(values)))
 
 
 class MissingSeries(RuntimeError):
@@ -136,24 +148,24 @@ class History:
     annotations_seen: bool  # any gpuroster.io annotation came through kube_pod_annotations
 
 
-def _q(name: str, w: Window) -> str:
-    return QUERIES[name].format(w=w.range_text(), r=w.resolution_text())
+def _q(name: str, w: Window, uids: str = "", names: str = "") -> str:
+    return QUERIES[name].format(w=w.range_text(), r=w.resolution_text(), uids=uids, names=names)
 
 
 def read(client: prom.Client, w: Window, namespaces: tuple[str, ...] = ()) -> History:
     """Everything the reconstruction needs, or MissingSeries / prom.PrometheusError."""
     at = w.until
-    if not client.instant(_q("any_pods", w), at):
+    if not client.instant(_q("any_nodes", w), at):
         raise MissingSeries(
-            f"no kube_pod_created series between {_iso(w.origin)} and {_iso(at)}: is "
-            f"kube-state-metrics scraped by this Prometheus, and was it then?")
+            f"no kube_node_status_capacity series between {_iso(w.origin)} and {_iso(at)}: "
+            f"is kube-state-metrics scraped by this Prometheus, and was it then?")
     nodes = {s.labels.get("node", ""): int(s.value) for s in client.instant(_q("nodes", w), at)
              if s.value > 0}
     nodes.pop("", None)
     if not nodes:
         raise MissingSeries(
             'no kube_node_status_capacity{resource="nvidia_com_gpu"} series in the window: '
-            "no node had GPUs, or kube-state-metrics' node metrics are off")
+            "no node had GPUs")
     by_uid: dict[str, Pod] = {}
     for s in client.instant(_q("gpu_pods", w), at):
         ns, name, uid = (s.labels.get(k, "") for k in ("namespace", "pod", "uid"))
@@ -163,13 +175,17 @@ def read(client: prom.Client, w: Window, namespaces: tuple[str, ...] = ()) -> Hi
         where = f" in namespaces {', '.join(namespaces)}" if namespaces else ""
         raise MissingSeries(
             f"no pod requested nvidia.com/gpu between {_iso(w.origin)} and {_iso(at)}{where}")
+    batches = [alternatives(list(by_uid)[i:i + UID_BATCH])
+               for i in range(0, len(by_uid), UID_BATCH)]
 
     def each(name: str) -> list[tuple[Pod, prom.Series]]:
-        return [(by_uid[s.labels["uid"]], s) for s in client.instant(_q(name, w), at)
+        return [(by_uid[s.labels["uid"]], s) for b in batches
+                for s in client.instant(_q(name, w, uids=b), at)
                 if s.labels.get("uid") in by_uid]
 
     started = each("started")
-    if not started and not each("info"):
+    info = each("info")
+    if not started and not info:
         raise MissingSeries("no kube_pod_start_time or kube_pod_info series for the GPU pods")
     for p, s in each("created"):
         p.created = s.value
@@ -179,7 +195,7 @@ def read(client: prom.Client, w: Window, namespaces: tuple[str, ...] = ()) -> Hi
         p.completed = s.value
     for p, s in each("last_seen"):
         p.last_seen = s.value
-    for p, s in each("info"):
+    for p, s in info:
         if s.labels.get("node") or not p.node:
             p.node = s.labels.get("node", "")
             p.priority_class = s.labels.get("priority_class", "")
@@ -204,16 +220,19 @@ def read(client: prom.Client, w: Window, namespaces: tuple[str, ...] = ()) -> Hi
         if raw is not None and s.labels.get("node") in nodes:
             with contextlib.suppress(ValueError):  # unreadable: ordered by name, with a note
                 order[s.labels["node"]] = int(raw)
-    rs_owner = {(s.labels.get("namespace", ""), s.labels.get("replicaset", "")):
-                s.labels.get("owner_name", "")
-                for s in client.instant(_q("replicaset_owner", w), at)}
+    replicasets = {p.owner_name for p in by_uid.values() if p.owner_kind == "ReplicaSet"}
+    rs_owner = {} if not replicasets else {
+        (s.labels.get("namespace", ""), s.labels.get("replicaset", "")):
+        s.labels.get("owner_name", "")
+        for s in client.instant(_q("replicaset_owner", w, names=alternatives(replicasets)), at)}
     deployments: dict[tuple[str, str], Deployment] = {}
     for p in by_uid.values():
         if p.owner_kind == "ReplicaSet" and (p.namespace, p.owner_name) in rs_owner:
             dep = (p.namespace, rs_owner[(p.namespace, p.owner_name)])
             deployments.setdefault(dep, Deployment(*dep))
     if deployments:
-        for s in client.instant(_q("deployment_annotations", w), at):
+        names = alternatives(name for _, name in deployments)
+        for s in client.instant(_q("deployment_annotations", w, names=names), at):
             d = deployments.get((s.labels.get("namespace", ""), s.labels.get("deployment", "")))
             if d is None:
                 continue

@@ -29,8 +29,13 @@ W = reading.Window(T0, S, 6)
 UNTIL = W.until
 
 
+UIDS = reading.alternatives(["u-b0", "u-b1", "u-s", "u-c"])
+
+
 def q(name: str) -> str:
-    return reading.QUERIES[name].format(w=W.range_text(), r=W.resolution_text())
+    return reading.QUERIES[name].format(w=W.range_text(), r=W.resolution_text(), uids=UIDS,
+                                        names="chat" if name == "deployment_annotations"
+                                        else "chat-abc")
 
 
 def pod(ns: str, name: str, uid: str, **labels: str) -> dict[str, str]:
@@ -55,7 +60,7 @@ def canned() -> dict[str, list[dict[str, Any]]]:
     PriorityClass `high`, steps 0-1, and `chat`: a Deployment's one-GPU replica running all
     along, both on node c."""
     return {
-        q("any_pods"): vec(({}, 4)),
+        q("any_nodes"): vec(({}, 3)),
         q("nodes"): vec(({"node": "gpu-b"}, 4), ({"node": "gpu-a"}, 4), ({"node": "gpu-c"}, 4)),
         q("gpu_pods"): vec((BIG[0], 4), (BIG[1], 4), (SOLO, 1), (CHAT, 1)),
         q("created"): vec((BIG[0], T0 + 5), (BIG[1], T0 + 6), (SOLO, T0 + 10), (CHAT, T0 - 600)),
@@ -95,9 +100,10 @@ class FakePrometheus:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 url = urllib.parse.urlparse(self.path)
-                query = urllib.parse.parse_qs(url.query)["query"][0]
+                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                query = urllib.parse.parse_qs(body)["query"][0]
                 owner.seen.append(query)
                 if owner.refuse is not None and owner.refuse in query:
                     self.reply(400, {"status": "error", "errorType": "bad_data",
@@ -208,7 +214,7 @@ def test_a_gang_pod_that_never_ran_holds_its_partner_s_gpus_as_held_not_useful(
 
 @pytest.mark.parametrize(("change", "said"), [
     ("unreachable", "is unreachable"),
-    ("no_ksm", "no kube_pod_created series"),
+    ("no_ksm", "no kube_node_status_capacity series"),
     ("no_nodes", "kube_node_status_capacity"),
     ("no_gpu_pods", "no pod requested nvidia.com/gpu"),
     ("refused", "Prometheus refused"),
@@ -221,7 +227,7 @@ def test_bad_input_is_one_line_non_zero_and_leaves_no_file(
     answers = canned()
     refuse = None
     if change == "no_ksm":
-        answers[q("any_pods")] = []
+        answers[q("any_nodes")] = []
     elif change == "no_nodes":
         answers[q("nodes")] = []
     elif change == "no_gpu_pods":
@@ -294,5 +300,15 @@ def test_the_docs_give_the_exact_flags_and_every_query_whatif_runs() -> None:
     for flag in reading.KSM_ARGS:
         assert flag in doc
     for query in reading.QUERIES.values():
-        assert query.format(w=week.range_text(), r=week.resolution_text()) in doc
+        assert query.format(w=week.range_text(), r=week.resolution_text(), uids="UID|UID|...",
+                            names="NAME|NAME|...") in doc
     assert reading.REPLICAS.format(ns="NAMESPACE", name="DEPLOYMENT") in doc
+
+
+def test_names_in_a_regex_match_themselves_only() -> None:
+    import re
+
+    names = ["chat-7d9f.v2", "a|b", "x(1)", "plain"]
+    rx = re.compile(f"^(?:{reading.alternatives(names)})$")
+    assert all(rx.match(n) for n in names)
+    assert not any(rx.match(n) for n in ["chat-7d9fxv2", "a", "b", "x1", "plai", "plainx"])
