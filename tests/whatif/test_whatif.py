@@ -189,6 +189,8 @@ def test_the_history_becomes_a_scenario_and_what_happened_is_scored_beside_the_p
     assert metrics.compute(s, g).result_block() == actual["metrics"]
     for p in ("fifo", "gpuroster"):
         assert json.loads((out / f"whatif.{p}.json").read_text())["policy"] == p
+        # the scenario written is one `gpuroster check` (and bench) loads
+        assert cli.main(["check", str(out / "scenario.yaml"), str(out / f"whatif.{p}.json")]) == 0
     assert (out / "whatif.grids.png").stat().st_size > 1000
     assert "kube_pod_start_time" in (out / "report.md").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
