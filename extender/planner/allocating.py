@@ -181,7 +181,13 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
     if not (early or late) and not (v.past_demand and pf):
         return [0] * len(forecast)
-    wide = headroom.dilate(forecast, early, pf, late)
+    before: Sequence[int] = pf
+    if late > len(pf) and len(forecast) >= timing_window >= late:
+        # Steps before the first forecast it was told (a service's first steps): the
+        # daily pattern continued back, as `forecast_curve` continues it forward, so a
+        # late peak's demand at step now is not taken for the forecast's.
+        before = [forecast[timing_window - j] for j in range(late, len(pf), -1)] + list(pf)
+    wide = headroom.dilate(forecast, early, before, late)
     if not (v.past_demand and pf):
         return [a - b for a, b in zip(wide, forecast, strict=True)]
     if early or late:  # the past forecast dilated alike (its last steps see the forecast ahead)

@@ -164,3 +164,16 @@ def test_a_timing_tolerance_keeps_a_long_job_off_the_gpus_an_early_peak_needs() 
         held = [int((grid[:, t] == chat).sum()) for t in range(s.duration_steps)]
         missed = sum(max(0, d - h) for d, h in zip(s.services[0].demand, held, strict=True))
         assert (missed > 0) == short, (hours, held)
+
+
+def test_before_its_first_forecast_a_late_peak_is_the_daily_pattern_continued_back() -> None:
+    # Step 0 of a service's life, its forecast's peak in the last hours of the day (just
+    # before step 0 by the daily pattern): a peak 3 hours late is still on at step 0, so
+    # the plan holds it there, not the forecast's trough.
+    day = [2] * 21 + [8] * 3
+    told = day * 2
+    v = model.ServiceState(name="chat", priority=5.0, max_swap=8, forecast=tuple(told))
+    room = allocating.service_room(v, told, 0.99, 24, tolerance=3, timing_window=24)
+    assert [told[k] + room[k] for k in range(4)] == [8, 8, 8, 2]
+    # With no tolerance, nothing over the forecast.
+    assert allocating.service_room(v, told, 0.99, 24)[:4] == [0, 0, 0, 0]
