@@ -135,6 +135,19 @@ def test_span_widens_only_on_the_side_the_peak_was_seen_to_move() -> None:
     assert headroom.span(late[:12], told[:12], told[12:], tolerance=3, window=24) == (0, 1)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_dilate_is_the_most_over_each_window(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    curve = [int(x) for x in rng.integers(0, 9, size=int(rng.integers(1, 40)))]
+    before = [int(x) for x in rng.integers(0, 9, size=int(rng.integers(0, 5)))]
+    for early in range(5):
+        for late in range(5):
+            head = before[len(before) - late:] if before and late else []
+            ext = [curve[0]] * (late - len(head)) + head + curve + [curve[-1]] * early
+            want = [max(ext[i : i + late + early + 1]) for i in range(len(curve))]
+            assert headroom.dilate(curve, early, before, late) == want, (early, late)
+
+
 def test_dilate_one_sided() -> None:
     # early by 1 only: a step holds itself and the next; late by 1 only: itself and the last
     assert headroom.dilate([0, 0, 4, 0, 0], 1, late=0) == [0, 4, 4, 0, 0]
