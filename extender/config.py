@@ -67,8 +67,9 @@ class Settings:
     service_level: float = 0.99
     # Hours a service's peak may come early or late: until its demand has been seen through
     # a swing of its forecast, the plan holds the forecast widened by this much each way
-    # (at most an eighth of the horizon), then by the lag seen. 0: off (the default).
-    peak_shift_hours: float = 0.0
+    # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
+    # 1-3 h a forecast from the same hours a day or week earlier misses the peak by.
+    peak_shift_hours: float = 3.0
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -210,7 +211,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("service_level", float, "a service's objective when it sets no gpuroster.io/service-level: "
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.99)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
-     "demand shows when, the plan holds the forecast widened by this much each way (0: off)"),
+     "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

@@ -14,7 +14,7 @@ def test_defaults() -> None:
     assert s.namespaces == ()
     assert s.max_wait_steps == 48
     assert s.service_level == 0.99
-    assert s.peak_shift_hours == 0.0
+    assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
 
 
 def test_env_and_flags() -> None:
@@ -23,14 +23,14 @@ def test_env_and_flags() -> None:
            "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
            "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000",
            "GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_SERVICE_LEVEL": "0.95",
-           "GPUROSTER_PEAK_SHIFT_HOURS": "3"}
+           "GPUROSTER_PEAK_SHIFT_HOURS": "1.5"}
     s = config.load(["--port", "9100", "--service-level", "0.999"], env=env)
     assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
     assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
     assert s.duration_steps(3.0) == 2 and s.steps_per_day() == 43200
     assert s.max_wait_steps == 6
     assert s.service_level == 0.999  # the flag over the environment
-    assert s.peak_shift_hours == 3.0
+    assert s.peak_shift_hours == 1.5
 
 
 @pytest.mark.parametrize(("env", "needle"), [

@@ -313,7 +313,8 @@ def test_unknown_pod_waits_for_the_next_step() -> None:
 
 
 def test_service_follows_its_curve_within_the_swap_cap() -> None:
-    rig = Rig(nodes=1)
+    # The curve as written: the peak's timing tolerance (on by default) would widen it.
+    rig = Rig(nodes=1, peak_shift_hours=0.0)
     rig.fake.add("configmaps", configmap("chat-demand", curve="[2, 4, 6, 2]"))
     rig.fake.add("deployments", deployment("chat", replicas=0, notes={
         "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
@@ -931,11 +932,12 @@ def test_headroom_from_a_history_is_the_forecasters_error_replayed(bursts: bool,
     assert (st.service_headroom["ns/svc"] > 0) == room, st.service_headroom
 
 
-@pytest.mark.parametrize(("hours", "room"), [(0.0, False), (3.0, True)])
-def test_the_peak_shift_setting_reaches_the_plan(hours: float, room: bool) -> None:
-    # A peak three steps ahead, nothing seen yet: with a timing tolerance the plan holds
-    # the forecast widened toward it now (headroom over the forecast); without, none.
-    rig = Rig(nodes=1, peak_shift_hours=hours)
+@pytest.mark.parametrize(("hours", "room"), [(0.0, False), (3.0, True), (None, True)])
+def test_the_peak_shift_setting_reaches_the_plan(hours: float | None, room: bool) -> None:
+    # A peak three steps ahead, nothing seen yet: with a timing tolerance (the default:
+    # None) the plan holds the forecast widened toward it now (headroom over the
+    # forecast); without, none.
+    rig = Rig(nodes=1) if hours is None else Rig(nodes=1, peak_shift_hours=hours)
     rig.fake.add("configmaps", configmap("d", curve="[2, 2, 2, 6, 6, 2, 2, 2]"))
     rig.fake.add("deployments", deployment("chat", notes={
         "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))

@@ -155,7 +155,7 @@ def test_dilate_one_sided() -> None:
     assert headroom.dilate([0, 0, 0], 0, before=[5, 1], late=2) == [5, 1, 0]
 
 
-def _early_peak(shift_hours: float) -> tuple[model.Scenario, np.ndarray]:
+def _early_peak(shift_hours: float | None) -> tuple[model.Scenario, np.ndarray]:
     """8 GPUs, a service whose forecast peak (6 GPUs at hours 8-11) comes 3 hours early,
     and a long 4-GPU job queued at step 0: lent out at once, it holds the GPUs the early
     peak needs."""
@@ -166,12 +166,14 @@ def _early_peak(shift_hours: float) -> tuple[model.Scenario, np.ndarray]:
         (model.Job("long", "training", 4, 20, 20, 0, 1.0),),
         (model.Service("chat", 4.0, 8, tuple(true), tuple(told), 0.99),),
     )
-    run = simulating.simulate(s, allocating.Gpuroster(shift_hours=shift_hours))
+    policy = (allocating.Gpuroster() if shift_hours is None
+              else allocating.Gpuroster(shift_hours=shift_hours))
+    run = simulating.simulate(s, policy)
     return s, run.grid
 
 
 def test_a_timing_tolerance_keeps_a_long_job_off_the_gpus_an_early_peak_needs() -> None:
-    for hours, short in ((0.0, True), (3.0, False)):
+    for hours, short in ((0.0, True), (3.0, False), (None, False)):  # None: the default
         s, grid = _early_peak(hours)
         chat = len(s.jobs)  # the service's index in the grid
         held = [int((grid[:, t] == chat).sum()) for t in range(s.duration_steps)]
@@ -190,3 +192,9 @@ def test_before_its_first_forecast_a_late_peak_is_the_daily_pattern_continued_ba
     assert [told[k] + room[k] for k in range(4)] == [8, 8, 8, 2]
     # With no tolerance, nothing over the forecast.
     assert allocating.service_room(v, told, 0.99, 24)[:4] == [0, 0, 0, 0]
+
+
+def test_the_default_tolerance_is_three_hours() -> None:
+    # The family's shifted peaks come 1-3 hours early or late, as a forecast of the same
+    # hours a day or a week earlier does: the default covers that range.
+    assert allocating.Options().shift_hours == 3.0
