@@ -178,8 +178,7 @@ def legal_starts(size: int, cluster: model.Cluster) -> list[int]:
 class _Model:
     """The CP-SAT model of one step's horizon."""
 
-    def __init__(self, inp: model.PlanInput, o: Options,
-                 fast: allocating.Options | None = None) -> None:
+    def __init__(self, inp: model.PlanInput, o: Options, fast: allocating.Options) -> None:
         self.inp = inp
         self.o = o
         c = inp.cluster
@@ -245,7 +244,7 @@ class _Model:
         # The services' demand to plan against: the fast plan's curves, headroom for the
         # recent error and the peak's timing tolerance included (the same `Options`).
         told = {v.name: allocating.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
-        rooms = allocating.service_rooms(inp, fast or allocating.Options(), told)
+        rooms = allocating.service_rooms(inp, fast, told)
         for v in inp.services:
             f = allocating.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
                                          room=rooms[v.name], forecast=told[v.name])

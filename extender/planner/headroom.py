@@ -131,13 +131,6 @@ def dilate(curve: Sequence[int], k: int, before: Sequence[int] = (),
     return m[:len(curve)]
 
 
-def timing(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequence[int],
-           tolerance: int, window: int, evidence: float = 1.0) -> int:
-    """Steps of timing error to plan a service for, either way: the most of `span`'s
-    two sides."""
-    return max(span(past_demand, past_forecast, ahead, tolerance, window, evidence))
-
-
 def span(past_demand: Sequence[int], past_forecast: Sequence[int], ahead: Sequence[int],
          tolerance: int, window: int, evidence: float = 1.0) -> tuple[int, int]:
     """Steps of timing error to plan a service for, (early, late): the forecast dilated

@@ -108,20 +108,11 @@ def test_dilate_holds_the_most_of_each_step_and_its_neighbours() -> None:
     assert headroom.dilate([0, 0, 0], 2, before=[5, 1]) == [5, 1, 0]
 
 
-def test_timing_is_the_tolerance_until_a_swing_of_the_forecast_was_seen() -> None:
+def test_span_is_the_tolerance_until_a_swing_of_the_forecast_was_seen() -> None:
     flat = [2] * 6  # night: the forecast has not moved, nothing says when the peak comes
-    assert headroom.timing(flat, flat, DAY, tolerance=3, window=24) == 3
-    assert headroom.timing([], [], DAY, tolerance=3, window=24) == 3
-    assert headroom.timing(DAY, DAY, DAY, tolerance=0, window=24) == 0
-
-
-def test_timing_learns_the_lag_of_a_peak_that_came_early_or_on_time() -> None:
-    told = DAY * 2
-    early = DAY[2:] + DAY + DAY[:2]  # demand two steps ahead of the forecast
-    assert headroom.timing(told[:12], told[:12], told[12:], tolerance=3, window=24) == 0
-    assert headroom.timing(early[:12], told[:12], told[12:], tolerance=3, window=24) == 2
-    late = DAY[-1:] + DAY + DAY[:-1]
-    assert headroom.timing(late[:12], told[:12], told[12:], tolerance=3, window=24) == 1
+    assert headroom.span(flat, flat, DAY, tolerance=3, window=24) == (3, 3)
+    assert headroom.span([], [], DAY, tolerance=3, window=24) == (3, 3)
+    assert headroom.span(DAY, DAY, DAY, tolerance=0, window=24) == (0, 0)
 
 
 def test_span_widens_only_on_the_side_the_peak_was_seen_to_move() -> None:
