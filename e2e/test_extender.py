@@ -563,9 +563,14 @@ def test_restart_mid_run_loses_moves_or_readmits_nothing(
     assert not any(p.spec.node_name for p in pods_of(core, namespace, second))
     pods = wait_for(lambda: all_bound(core, namespace, second), 60, "the second gang")
     assert admitted_at(pods[0]) >= max(admitted_at(p) for p in pods_of(core, namespace, first))
+    # The Event follows the admission in the same round, and kube-scheduler may bind the
+    # pods in between: wait for it, then a step more to see no second admission.
+    def told(name: str) -> list[Any]:
+        return [e for e in events_for(core, namespace, name) if e.reason == "Admitted"]
+    wait_for(lambda: all(told(name) for name in second), 20, "the Admitted Events")
+    time.sleep(2 * STEP)
     for name in second:
-        admitted = [e for e in events_for(core, namespace, name) if e.reason == "Admitted"]
-        assert len(admitted) == 1, [e.message for e in admitted]
+        assert len(told(name)) == 1, [e.message for e in told(name)]
     assert len({p.spec.node_name for p in pods}) == 1
 
 

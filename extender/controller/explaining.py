@@ -87,6 +87,9 @@ class Explainer:
     def __init__(self, client: kube.Kube) -> None:
         self.client = client
         self._explained: dict[str, str] = {}  # pod key -> last message told
+        # pod key -> an Admitted story whose Event failed: the gang is running by the next
+        # round, so nothing recomputes it; it is told again from here until it lands.
+        self._owed: dict[str, tuple[str, str]] = {}  # pod key -> (reason, message)
 
     def explain(self, snap: snapshot.Snapshot, step: int, now: float,
                 admitted: Mapping[str, snapshot.Admission], problems: Mapping[str, str],
@@ -107,6 +110,10 @@ class Explainer:
                 continue
             if g.admission is not None and not g.error:
                 seen.update(g.pod_keys())
+                for p in g.pods:
+                    owed = self._owed.get(ann.key(p))
+                    if owed is not None:
+                        self.tell(p, owed[0], owed[1], now, True, False)
                 self._report_down_nodes(snap, g, now)
                 continue
             for p in g.pods:
@@ -132,6 +139,8 @@ class Explainer:
                 self.tell(p, "InvalidDemand", f"service {name}: {problem}", now, False, True)
         for k in [k for k in self._explained if k not in seen]:
             del self._explained[k]
+        for k in [k for k in self._owed if k not in seen]:
+            del self._owed[k]
 
     def _report_down_nodes(self, snap: snapshot.Snapshot, g: snapshot.Gang, now: float) -> None:
         """A running gang on a node that is not Ready: its GPUs leave the plan; say so."""
@@ -164,8 +173,11 @@ class Explainer:
         except kube.ApiError as e:
             # Not told: try again next round (a slow API server must not eat the Event).
             self._explained.pop(k, None)
+            if reason == "Admitted":
+                self._owed[k] = (reason, message)
             log.info("event on %s not written (%s); retrying next round", k, e)
             return
+        self._owed.pop(k, None)
         try:
             self.client.patch_pod_status(ns, name,
                                          objects.condition_patch(status, reason, message, now))

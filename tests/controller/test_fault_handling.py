@@ -79,6 +79,20 @@ def test_an_event_the_api_server_dropped_is_written_next_round() -> None:
     assert sorted(e["involvedObject"]["name"] for e in fake.events) == ["bad-0", "bad-1"]
 
 
+def test_an_admitted_event_the_api_server_dropped_is_written_once_next_round() -> None:
+    fake = FlakyEvents()
+    fake.add("nodes", node(0))
+    rig = Rig(fake=fake)
+    keys = gang(fake, "g", 1, 8)
+    assert rig.step().admitted == ["ns/g"]
+    assert fake.events == []  # the Admitted Event was lost; the gang now runs
+    rig.advance()
+    rig.advance()
+    told = [e for e in fake.events if e["reason"] == "Admitted"]
+    assert [e["involvedObject"]["name"] for e in told] == [keys[0].split("/")[1]]
+    assert "admitted at step" in told[0]["message"]
+
+
 def test_a_running_gang_on_a_not_ready_node_is_reported_once() -> None:
     rig = Rig(nodes=2)
     keys = gang(rig.fake, "g", 1, 8)
