@@ -253,8 +253,10 @@ def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
     assert new.spec.node_name == failing.spec.node_name == notes_now[NODE]
     still = core.read_namespaced_pod(other.metadata.name, namespace)
     assert still.status.phase == "Running" and still.spec.node_name == other.spec.node_name
-    msgs = " ".join(e.message or "" for e in events_for(core, namespace, new.metadata.name))
-    assert "replaces an ended pod of gang" in msgs, msgs
+    # The Event follows the annotation that lets kube-scheduler bind: wait for it.
+    wait_for(lambda: any("replaces an ended pod of gang" in (e.message or "")
+                         for e in events_for(core, namespace, new.metadata.name)), 20,
+             "the replacement's Admitted Event")
     print(f"[e2e] replacement of a failed gang pod bound to its node {took:.1f}s after "
           "the failure (the Job controller's retry delay included)")
 
@@ -607,8 +609,11 @@ def test_two_replicas_only_the_leader_commits_and_a_follower_takes_over(
         c.start()
         wait_for(lambda: all_bound(core, namespace, second), 30, "the second gang")
         assert "admitted gang" not in c.log()
-        events = [e for e in events_for(core, namespace, second[0]) if e.reason == "Admitted"]
-        assert len(events) == 1
+        def told() -> list[Any]:
+            return [e for e in events_for(core, namespace, second[0]) if e.reason == "Admitted"]
+        wait_for(told, 20, "the Admitted Event")
+        time.sleep(2)
+        assert len(told()) == 1
         print(f"[e2e] follower admitted {took:.1f}s after the leader was killed")
     finally:
         for ext in (a, b, c):
