@@ -70,6 +70,11 @@ class Settings:
     # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
     # 1-3 h a forecast from the same hours a day or week earlier misses the peak by.
     peak_shift_hours: float = 3.0
+    # GPUs idle now that no job is planned on by the next step go to services whose
+    # demand ran above their forecast in the last day, as spare replicas up to their
+    # planned peak (given back at the next step, within max-swap). False: services hold
+    # their forecast and headroom only.
+    spare_replicas: bool = True
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -212,6 +217,9 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.99)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
+    ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "
+     "services whose demand ran above their forecast in the last day, as spare replicas up "
+     "to their planned peak (true)"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

@@ -89,6 +89,7 @@ class StepState:
     service_level: dict[str, float] = field(default_factory=dict)
     service_objective: dict[str, float] = field(default_factory=dict)
     service_headroom: dict[str, int] = field(default_factory=dict)
+    service_spare: dict[str, int] = field(default_factory=dict)  # spare GPUs held now
     queue_length: dict[str, int] = field(default_factory=dict)  # by priority
     queue_oldest_wait_seconds: dict[str, float] = field(default_factory=dict)
     step: int = 0
@@ -174,9 +175,17 @@ class StepCollector(Collector):
             objective.add_metric([name], s.service_objective[name])
         for name in sorted(s.service_headroom):
             room.add_metric([name], s.service_headroom[name])
+        spare = GaugeMetricFamily(
+            "gpuroster_realtime_spare_gpus",
+            "GPUs a service holds this step over its forecast and headroom: idle GPUs no job "
+            "is planned on by the next step, given while its demand runs above its forecast, "
+            "by service.", labels=["service"])
+        for name in sorted(s.service_spare):
+            spare.add_metric([name], s.service_spare[name])
         yield level
         yield objective
         yield room
+        yield spare
         q = GaugeMetricFamily("gpuroster_queue_length", "Gangs waiting, by priority.",
                               labels=["priority"])
         oldest = GaugeMetricFamily("gpuroster_queue_oldest_wait_seconds",

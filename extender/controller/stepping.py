@@ -99,7 +99,8 @@ class Controller:
             return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty,
                                    max_wait_steps=self.settings.max_wait_steps,
                                    service_level=self.settings.service_level,
-                                   shift_hours=self.settings.peak_shift_hours)
+                                   shift_hours=self.settings.peak_shift_hours,
+                                   spare_fill=self.settings.spare_replicas)
         return policies.create(self.settings.policy)
 
     @property
@@ -317,3 +318,4 @@ class Controller:
         st.service_objective[v.name] = (v.service_level if v.service_level is not None
                                         else self.settings.service_level)
         st.service_headroom[v.name] = plan.headroom.get(v.name, 0)
+        st.service_spare[v.name] = plan.spare.get(v.name, 0)

@@ -119,6 +119,14 @@ class Options:
     # causes: each queue order that meets such a trade is planned once more taking it,
     # and the objective picks.
     trade_sooner: bool = True
+    # GPUs nobody holds at step now and no job is planned on within `migrate_steps` go to
+    # the services as spare replicas, up to each one's own peak over the horizon: they
+    # cost no job anything, and a forecast that ran low is served from them. Only as many
+    # as the swap cap can give back at the next step on top of the curve's own fall, so
+    # the next plan finds the service on its curve. (Trace-shaped instances whose
+    # forecast is the same hours a day earlier lost a quarter of their shortfall at steps
+    # where GPUs sat idle; `bench/slo.py`.)
+    spare_fill: bool = True
 
 
 @dataclass(slots=True)
@@ -435,7 +443,10 @@ class Gpuroster:
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
-        self._place_services(inp, plan, best.placed, used_now, targets)
+        ceilings = {v.name: max(curves[v.name][:H], default=0) for v in inp.services}
+        nexts = {v.name: curves[v.name][1] if len(curves[v.name]) > 1 else targets[v.name]
+                 for v in inp.services}
+        self._place_services(inp, plan, best.placed, used_now, targets, ceilings, nexts)
         for v in inp.services:  # at step now, what they hold
             plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
             plan.service_counts[v.name] = tuple(
@@ -443,9 +454,13 @@ class Gpuroster:
         return plan
 
     def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
-                        used_now: int, targets: dict[str, int]) -> None:
+                        used_now: int, targets: dict[str, int], ceilings: dict[str, int],
+                        nexts: dict[str, int]) -> None:
         """The services' GPUs at step now: keep, grow into the top idle GPUs, shed the
-        lowest, and move off the blocks of jobs planned to start soon."""
+        lowest, and move off the blocks of jobs planned to start soon; then the GPUs still
+        idle that no job wants soon as spare replicas (`Options.spare_fill`), up to
+        `ceilings` and as many as the swap cap can shed again toward `nexts` (the curve at
+        the next step)."""
         c = inp.cluster
         now = inp.now
         idle = ((1 << c.gpus) - 1) & ~used_now
@@ -469,6 +484,24 @@ class Gpuroster:
             # services still to come this step: one moving off a GPU must not leave
             # another short of its curve while that GPU sits idle.
             idle = (idle | own) & ~blocks.mask_of(gpus)
+        if not self.options.spare_fill:
+            return
+        soon = wanted[0] if wanted else 0
+        window = self.options.error_window or inp.steps_per_day
+        for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
+            if not _missed(v, window):
+                continue
+            gpus = plan.service_gpus[v.name]
+            room = ceilings[v.name] - len(gpus)
+            if now > 0:  # swaps now, and the fall to next step's curve, within the cap
+                room = min(room, v.max_swap - len(gpus ^ v.current_gpus),
+                           v.max_swap - max(0, len(gpus) - nexts[v.name]))
+            spare = scaling.spare(gpus, room, idle & ~soon & v.allowed(c), v.unit,
+                                  c.gpus_per_node, v.most_per_node)
+            if spare:
+                plan.service_gpus[v.name] = gpus | spare
+                plan.spare[v.name] = len(spare)
+                idle &= ~blocks.mask_of(spare)
 
     # --- one queue order ----------------------------------------------------------
 
@@ -755,6 +788,15 @@ def _trade(
     if not starts:
         return None
     return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
+
+
+def _missed(v: model.ServiceState, window: int) -> bool:
+    """Whether `v`'s demand ran above its forecast at a step of the last `window`: a
+    service whose forecast has held (or that has no past yet) gets no spares, so exact
+    forecasts plan as they did without them."""
+    n = min(len(v.past_demand), len(v.past_forecast), window)
+    pairs = zip(v.past_demand[-n:], v.past_forecast[-n:], strict=True)
+    return n > 0 and any(d > f for d, f in pairs)
 
 
 def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,

@@ -242,4 +242,7 @@ class Plan:
     # GPUs planned for a service over its forecast at step now, for its recent forecast
     # error at its service level (`headroom`); policies without headroom leave it empty.
     headroom: dict[str, int] = field(default_factory=dict)
+    # GPUs a service holds at step now over its curve (forecast and headroom): idle GPUs
+    # no job is planned on by the next step (`Options.spare_fill`).
+    spare: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)

@@ -10,6 +10,34 @@ from __future__ import annotations
 from extender.planner import blocks
 
 
+def spare(held: frozenset[int], room: int, free: int, unit: int = 1, per_node: int = 0,
+          most: int = 0) -> frozenset[int]:
+    """Up to `room` GPUs of the mask `free` to add to `held`, the highest first; with
+    `unit` > 1 whole replicas of `unit` GPUs on one node (nodes of `per_node` GPUs), and
+    with `most` no node holding more than that many."""
+    if room <= 0 or not free:
+        return frozenset()
+    out: list[int] = []
+    if unit <= 1 and not most:
+        for g in blocks.bits_high_first(free):
+            if len(out) == room:
+                break
+            out.append(g)
+        return frozenset(out)
+    unit = max(1, unit)
+    here: dict[int, list[int]] = {}
+    for g in blocks.bits_high_first(free):
+        here.setdefault(g // per_node, []).append(g)
+    for node, gs in here.items():  # nodes in the order of their highest free GPU
+        held_there = sum(1 for g in held if g // per_node == node)
+        cap = len(gs) if not most else max(0, most - held_there)
+        take = min(len(gs), cap, room - len(out)) // unit * unit
+        out.extend(gs[:take])
+        if len(out) + unit > room:
+            break
+    return frozenset(out)
+
+
 def assign(
     current: frozenset[int],
     target: int,

@@ -15,6 +15,7 @@ def test_defaults() -> None:
     assert s.max_wait_steps == 48
     assert s.service_level == 0.99
     assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
+    assert s.spare_replicas is True
 
 
 def test_env_and_flags() -> None:
@@ -23,7 +24,7 @@ def test_env_and_flags() -> None:
            "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
            "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000",
            "GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_SERVICE_LEVEL": "0.95",
-           "GPUROSTER_PEAK_SHIFT_HOURS": "1.5"}
+           "GPUROSTER_PEAK_SHIFT_HOURS": "1.5", "GPUROSTER_SPARE_REPLICAS": "false"}
     s = config.load(["--port", "9100", "--service-level", "0.999"], env=env)
     assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
     assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
@@ -31,6 +32,7 @@ def test_env_and_flags() -> None:
     assert s.max_wait_steps == 6
     assert s.service_level == 0.999  # the flag over the environment
     assert s.peak_shift_hours == 1.5
+    assert s.spare_replicas is False
 
 
 @pytest.mark.parametrize(("env", "needle"), [
@@ -52,6 +54,7 @@ def test_env_and_flags() -> None:
     ({"GPUROSTER_SERVICE_LEVEL": "nan"}, "GPUROSTER_SERVICE_LEVEL"),
     ({"GPUROSTER_PEAK_SHIFT_HOURS": "-1"}, "GPUROSTER_PEAK_SHIFT_HOURS"),
     ({"GPUROSTER_PEAK_SHIFT_HOURS": "inf"}, "GPUROSTER_PEAK_SHIFT_HOURS"),
+    ({"GPUROSTER_SPARE_REPLICAS": "some"}, "GPUROSTER_SPARE_REPLICAS"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
     with pytest.raises(config.ConfigError, match=needle):

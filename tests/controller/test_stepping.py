@@ -912,6 +912,7 @@ def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
     finally:
         metrics.set_state_source(lambda: None)
     assert 'gpuroster_realtime_headroom_gpus{service="ns/chat"}' in text
+    assert 'gpuroster_realtime_spare_gpus{service="ns/chat"}' in text
     assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text
 
 
@@ -945,3 +946,26 @@ def test_the_peak_shift_setting_reaches_the_plan(hours: float | None, room: bool
     st = rig.ctl.state
     assert st is not None
     assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
+
+
+@pytest.mark.parametrize("spare", [True, False], ids=["spare-replicas", "no-spare-replicas"])
+def test_a_service_over_its_forecast_gets_idle_gpus_as_spare_replicas(spare: bool) -> None:
+    rig = Rig(nodes=2, spare_replicas=spare)
+    rig.fake.add("configmaps", configmap("d", curve=",".join(["2"] * 6 + ["6"] * 6 + ["2"] * 12)))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+    rig.step()
+    rig.advance()
+    st = rig.ctl.state
+    assert st is not None and st.service_spare["ns/chat"] == 0  # the curve came true
+    rig.fake.objects["configmaps"]["ns/d"]["data"]["observed"] = "3"  # one GPU over it
+    rig.advance()
+    st = rig.ctl.state
+    assert st is not None
+    replicas = rig.fake.objects["deployments"]["ns/chat"]["spec"]["replicas"]
+    held = st.service_allocated["ns/chat"]
+    assert replicas == held
+    if spare:  # idle GPUs up to its peak of 6 ahead, within its swap cap of 4
+        assert st.service_spare["ns/chat"] > 0 and held <= 6
+    else:
+        assert st.service_spare["ns/chat"] == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,53 @@ def test_the_default_tolerance_is_three_hours() -> None:
     # The family's shifted peaks come 1-3 hours early or late, as a forecast of the same
     # hours a day or a week earlier does: the default covers that range.
     assert allocating.Options().shift_hours == 3.0
+
+
+def _spare_input(demand: list[int], told: list[int], queued: tuple[model.QueuedJob, ...] = (),
+                 running: tuple[model.RunningJob, ...] = ()) -> model.PlanInput:
+    """Two nodes of 4 GPUs, a service holding 2 of them (swap cap 4), its forecast 2 now
+    and 4 later, at step 12."""
+    v = model.ServiceState("chat", 5.0, 4, tuple([2] * 6 + [4] * 6 + [2] * 36),
+                           past_demand=tuple(demand), past_forecast=tuple(told),
+                           current_gpus=frozenset({6, 7}), service_level=0.99)
+    return model.PlanInput(len(demand), model.Cluster(2, 4), 12, queued, running, (v,),
+                           frozenset(), 12)
+
+
+OVER = [2] * 11 + [3]  # one step over its forecast: some headroom, and spares
+
+
+def test_a_service_whose_forecast_held_gets_no_spare_gpus() -> None:
+    plan = allocating.Gpuroster().plan(_spare_input([2] * 12, [2] * 12))
+    assert plan.service_gpus["chat"] == frozenset({6, 7})
+
+
+def test_a_service_whose_demand_ran_over_gets_idle_gpus_up_to_its_peak_within_its_cap() -> None:
+    inp = _spare_input(OVER, [2] * 12)
+    curve = allocating.service_curve(inp.services[0], 12, 24, 12, 0.7)
+    got = allocating.Gpuroster().plan(inp).service_gpus["chat"]
+    assert len(got) > curve[0]  # more than its curve: GPUs nobody uses now
+    assert len(got) <= max(curve[:12])  # never past its own peak over the horizon
+    assert len(got ^ {6, 7}) <= 4  # the swap cap
+    off = allocating.Gpuroster(spare_fill=False).plan(inp)
+    assert len(off.service_gpus["chat"]) == curve[0]
+
+
+def test_spare_gpus_make_way_for_a_planned_job_in_time() -> None:
+    busy = model.RunningJob("train", 2, model.Block(0, 2), 0, 13, 1.0)
+    nxt = model.QueuedJob("next", 4, 3, 12, 3.0)
+    starts = {}
+    for spare in (True, False):
+        planner = allocating.Gpuroster(spare_fill=spare)
+        plan = planner.plan(_spare_input(OVER, [2] * 12, (nxt,), (busy,)))
+        assert plan.planned_start["next"] == 14  # GPUs 2-3 free now, 0-1 after `busy`
+        held = plan.service_gpus["chat"]
+        assert bool(held & {2, 3}) == spare  # a spare on GPUs the job wants in two steps
+        # Next step `busy` is gone: the service is off the job's block by the step it starts.
+        v = replace(_spare_input(OVER + [3], [2] * 13).services[0], current_gpus=held)
+        after = planner.plan(model.PlanInput(13, model.Cluster(2, 4), 12, (nxt,), (), (v,),
+                                             frozenset(), 12))
+        block = set(after.planned_block["next"].gpus())
+        assert not after.service_gpus["chat"] & block, (spare, after.service_gpus, block)
+        starts[spare] = after.planned_start["next"]
+    assert starts[True] == starts[False]

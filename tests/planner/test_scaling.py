@@ -167,3 +167,18 @@ def test_never_more_than_the_most_a_node(data: st.DataObject) -> None:
     for n in range(nodes):
         here = sum(1 for g in got if g // per_node == n)
         assert here % unit == 0 and here <= most, (n, here, sorted(got))
+
+
+@pytest.mark.parametrize(("held", "room", "free", "unit", "most", "want"), [
+    ({7}, 2, m(2, 5, 6), 1, 0, {5, 6}),  # the highest free first
+    ({7}, 5, m(2, 5), 1, 0, {2, 5}),  # no more than is free
+    ({7}, 0, m(2, 5), 1, 0, set()),  # no room
+    ({7}, -1, m(2, 5), 1, 0, set()),
+    (set(), 4, m(1, 2, 3, 5, 6), 2, 0, {5, 6, 2, 3}),  # whole replicas on one node
+    (set(), 3, m(1, 2, 3, 5, 6), 2, 0, {5, 6}),  # room for one and a half: one
+    ({4}, 4, m(1, 2, 5, 6, 7), 1, 2, {7, 1, 2}),  # two a node at most
+], ids=["highest-first", "what-is-free", "no-room", "negative-room", "whole-replicas",
+        "half-a-replica", "most-a-node"])
+def test_spare(held: set[int], room: int, free: int, unit: int, most: int,
+               want: set[int]) -> None:
+    assert scaling.spare(frozenset(held), room, free, unit, 4, most) == want
