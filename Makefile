@@ -8,7 +8,7 @@
 #   make demo            fifo vs gpuroster on the local control plane, live (~6 min)
 #   make bench           the seven scenarios in the simulator + plan-time scaling table
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
-#   make bench-slo       service level vs value on 100 wrong-forecast instances + the seven (~1 min)
+#   make bench-slo       service level vs value: 100 wrong-forecast instances, the seven, 40 day-earlier (~1 min)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint

@@ -13,6 +13,12 @@ true demand departs from what the planner is told in one of five ways:
   1.4-2x for one or two hours;
 - `noise`: demand is the forecast times a lognormal factor of sigma 0.3.
 
+`day_earlier(count, seed)` is a second, held-out family shaped like the
+forecast an operator really has: the same hours a day earlier, under demand
+that grows 0-25% a day, is noisy (lognormal sigma 0.1-0.3 on every day) and
+has a few bursts of 1.3-1.8x; nothing of it was used to choose the planner's
+defaults.
+
 The same arguments give the same scenarios on any machine; `generator.write`
 dumps one to a version-1 scenario file.
 """
@@ -94,3 +100,58 @@ def _wrong(v: model.Service, kind: str, rng: np.random.Generator, gpus: int,
     return model.Service(name=v.name, priority=v.priority,
                          max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
                          demand=demand, forecast=forecast)
+
+
+def day_earlier(count: int = 40, seed: int = 7000, days: int = 2) -> list[model.Scenario]:
+    """`count` instances whose forecast is the demand of the same hours a day earlier
+    (see the module text); `days` of hourly steps each."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if days < 1:
+        raise ValueError(f"days must be >= 1, got {days}")
+    return [_day_earlier(seed + i, days) for i in range(count)]
+
+
+def _day_earlier(seed: int, days: int) -> model.Scenario:
+    rng = np.random.default_rng([seed, len(KINDS)])
+    gpus = int(rng.choice(SIZES))
+    jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
+    base = generator.generate(
+        gpus, jobs, seed, services=1 if gpus <= 16 else 2,
+        service_share=float(rng.uniform(0.3, 0.5)), start_hour=int(rng.integers(0, 24)),
+        duration_steps=24 * days,
+        name=f"day-earlier-{gpus}g-s{seed}" + (f"-{days}d" if days != 2 else ""))
+    spd = base.steps_per_day
+    services = []
+    for v in base.services:
+        told = np.array(v.forecast, dtype=np.float64)
+        n = len(told)
+        # The day before the run, then the run: the generator's daily curve, growing and
+        # noisy; the forecast of each step is the demand a day before it.
+        profile = np.concatenate([told[:spd], told])
+        growth = rng.uniform(1.0, 1.25)
+        sigma = rng.uniform(0.1, 0.3)
+        true = profile * growth ** (np.arange(len(profile)) // spd)
+        true *= rng.lognormal(0.0, sigma, size=len(true))
+        for d in range(math.ceil(len(true) / spd)):
+            for _ in range(int(rng.integers(0, 3))):
+                start = d * spd + int(rng.integers(0, spd))
+                true[start : start + int(rng.integers(1, 3))] *= rng.uniform(1.3, 1.8)
+        true = np.clip(np.round(true), 0, gpus)
+        demand = tuple(int(x) for x in true[spd : spd + n])
+        forecast = tuple(int(x) for x in true[:n])
+        ramp = max((abs(b - a) for a, b in zip(demand, demand[1:], strict=False)), default=1)
+        services.append(model.Service(name=v.name, priority=v.priority,
+                                      max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
+                                      demand=demand, forecast=forecast))
+    return model.Scenario(
+        name=base.name,
+        description=f"{base.description}; forecast: the same hours a day earlier",
+        cluster=base.cluster,
+        step_minutes=base.step_minutes,
+        horizon_steps=base.horizon_steps,
+        duration_steps=base.duration_steps,
+        jobs=base.jobs,
+        services=tuple(services),
+        source="<generated>",
+    )

@@ -91,6 +91,23 @@ def test_the_family_is_seeded_and_its_forecasts_are_wrong() -> None:
         wrongforecasts.instance(7, "low", days=0)
 
 
+def test_the_day_earlier_family_forecasts_each_step_with_the_demand_a_day_before() -> None:
+    a = wrongforecasts.day_earlier(6, seed=11)
+    assert a == wrongforecasts.day_earlier(6, seed=11)
+    assert a != wrongforecasts.day_earlier(6, seed=12)
+    for s in a:
+        spd = s.steps_per_day
+        for v in s.services:
+            n = len(v.forecast)
+            assert v.forecast[spd:n] == v.demand[:n - spd], s.name
+            assert v.demand != v.forecast
+            assert all(0 <= x <= s.cluster.gpus for x in v.demand + v.forecast)
+    with pytest.raises(ValueError, match="count"):
+        wrongforecasts.day_earlier(0)
+    with pytest.raises(ValueError, match="days"):
+        wrongforecasts.day_earlier(3, days=0)
+
+
 def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
     s = wrongforecasts.instance(2510, "low")
     from extender.planner import metrics
