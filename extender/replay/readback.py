@@ -205,6 +205,7 @@ def rebuild(
             notes.append(f"{name}: bound after the last sample")
             continue
         start = bound_at[name]
+        runs_from = start  # the step its true duration counts from (`world.schedule_ends`)
         if a.get(ann.ADMITTED_AT):
             admitted = int(np.floor((world.ts(a[ann.ADMITTED_AT]) - t0) / S + 1e-9))
             if admitted != start:
@@ -212,8 +213,10 @@ def rebuild(
                     f"{name}: admitted in step {admitted}, its gang bound in step "
                     f"{start} (GPUs still held by pods on their way out)"
                 )
+            if admitted == start - 1:
+                runs_from = admitted
         finished = [_finished_at(p) for p in members]
-        end = start + j.duration_steps
+        end = runs_from + j.duration_steps
         if all(f is not None for f in finished):
             observed = int(np.floor((max(f for f in finished if f) - t0) / S + 1e-9))
             if abs(observed - end) > 1:  # finishedAt has whole seconds: +-1 step is noise

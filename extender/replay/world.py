@@ -12,6 +12,7 @@ the pod (the replay itself, a Deployment, or a batch/v1 Job).
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -264,7 +265,12 @@ def schedule_ends(
 ) -> None:
     """Give each newly started job its completion time: just before the boundary of
     the step its true duration ends on, counted from the step its gang was bound,
-    so the cluster's steps match the simulator's. That is after the step's sample
+    so the cluster's steps match the simulator's. A gang admitted a step before it could
+    bind (its GPUs still held by a service's pods on their way out: seconds of an hour,
+    made a step by compressed time) counts from its admission, as in the simulator,
+    where a service gives up a GPU and a job starts on it in the same step; otherwise
+    the job would hold its GPUs a step past the end the plans count on, and every plan
+    after would differ. That is after the step's sample
     and inside the extender's quiet tail, so the boundary plan sees the job gone,
     as the simulator's does; just past the boundary, the boundary plan would still
     see it running and commit around it. KWOK's pod-complete stage reads the
@@ -277,7 +283,12 @@ def schedule_ends(
         j = jobs.get(name)
         if SIMULATED_RUNTIME in a or j is None or name not in started:
             continue
-        end = datetime.fromtimestamp(t0 + (started[name] + j.duration_steps) * S - 0.8 * tail, UTC)
+        start = started[name]
+        if a.get(ann.ADMITTED_AT):
+            admitted = math.floor((ts(a[ann.ADMITTED_AT]) - t0) / S + 1e-9)
+            if admitted == start - 1:
+                start = admitted
+        end = datetime.fromtimestamp(t0 + (start + j.duration_steps) * S - 0.8 * tail, UTC)
         try:
             core.patch_namespaced_pod(
                 p.metadata.name,

@@ -74,3 +74,47 @@ def test_a_gang_counts_bound_only_with_all_its_pods_and_a_partial_one_stays_visi
     half = readback.sample(_Pods([_gang_pod("big", 0, "bench-node-0"),
                                   _gang_pod("big", 1, None)]), "ns", 2, s)
     assert half.bound_jobs == set()
+
+
+class _Patches:
+    """A CoreV1Api that lists the given pods and records the patches sent to them."""
+
+    def __init__(self, pods: list[k8s.V1Pod]) -> None:
+        self.pods = pods
+        self.patched: dict[str, str] = {}
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> object:
+        return k8s.V1PodList(items=self.pods)
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: dict) -> None:
+        self.patched[name] = body["metadata"]["annotations"][world.SIMULATED_RUNTIME]
+
+
+def _admitted_pod(job: str, step: int) -> k8s.V1Pod:
+    p = _job_pod(job, "bench-node-0:0-0")
+    p.metadata.annotations[ann.ADMITTED_AT] = f"1970-01-01T00:00:{10 * step + 1:02d}Z"
+    return p
+
+
+def test_a_gang_bound_a_step_after_its_admission_runs_its_duration_from_the_admission() -> None:
+    # Steps of 10 s from t0 = 0. "late" was admitted in step 1 and bound in step 2 (GPUs
+    # still held by a service's pod on its way out); "prompt" was admitted and bound in
+    # step 1; "stale" was admitted in step 0 and bound in step 2, not a step's delay.
+    s = (scenario().nodes(1, 4).window(10)
+         .job("late", gpus=1, d=3).job("prompt", gpus=1, d=3).job("stale", gpus=1, d=3)
+         .build())
+    core = _Patches([_admitted_pod("late", 1), _admitted_pod("prompt", 1),
+                     _admitted_pod("stale", 0)])
+    world.schedule_ends(core, "ns", s, 0.0, 10.0, {"late": 2, "prompt": 1, "stale": 2}, [])
+
+    def step_of(end: str) -> int:
+        return int(world.ts(end) // 10)
+
+    assert step_of(core.patched["late-0"]) == 3  # its last step: 1 + 3 - 1
+    assert step_of(core.patched["prompt-0"]) == 3
+    assert step_of(core.patched["stale-0"]) == 4  # from its bind: 2 + 3 - 1
+    samples = [readback.Sample(t, 0.0, {}, {"late"} if t >= 2 else set()) for t in range(4)]
+    notes: list[str] = []
+    _, starts, ends = readback.rebuild(s, [_admitted_pod("late", 1)], samples, 0.0, 10.0, notes)
+    assert (starts["late"], ends["late"]) == (2, 4)  # drawn from its bind, ends as it ran
+    assert any("admitted in step 1, its gang bound in step 2" in n for n in notes)
