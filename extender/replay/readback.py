@@ -205,7 +205,6 @@ def rebuild(
             notes.append(f"{name}: bound after the last sample")
             continue
         start = bound_at[name]
-        runs_from = start  # the step its true duration counts from (`world.schedule_ends`)
         if a.get(ann.ADMITTED_AT):
             admitted = int(np.floor((world.ts(a[ann.ADMITTED_AT]) - t0) / S + 1e-9))
             if admitted != start:
@@ -214,9 +213,12 @@ def rebuild(
                     f"{start} (GPUs still held by pods on their way out)"
                 )
             if admitted == start - 1:
-                runs_from = admitted
+                # Bound a step late only because a service's pod took the rest of the
+                # step to go (seconds of an hour, in compressed time): it runs its
+                # duration from its admission (`world.schedule_ends`), and is drawn so.
+                start = admitted
         finished = [_finished_at(p) for p in members]
-        end = runs_from + j.duration_steps
+        end = start + j.duration_steps
         if all(f is not None for f in finished):
             observed = int(np.floor((max(f for f in finished if f) - t0) / S + 1e-9))
             if abs(observed - end) > 1:  # finishedAt has whole seconds: +-1 step is noise

@@ -116,5 +116,5 @@ def test_a_gang_bound_a_step_after_its_admission_runs_its_duration_from_the_admi
     samples = [readback.Sample(t, 0.0, {}, {"late"} if t >= 2 else set()) for t in range(4)]
     notes: list[str] = []
     _, starts, ends = readback.rebuild(s, [_admitted_pod("late", 1)], samples, 0.0, 10.0, notes)
-    assert (starts["late"], ends["late"]) == (2, 4)  # drawn from its bind, ends as it ran
+    assert (starts["late"], ends["late"]) == (1, 4)  # drawn from its admission, as it ran
     assert any("admitted in step 1, its gang bound in step 2" in n for n in notes)
