@@ -50,17 +50,31 @@ def instance(seed: int, kind: str, days: int = 2) -> model.Scenario:
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
     rng = np.random.default_rng([seed, KINDS.index(kind)])
+    base, gpus = _base(rng, seed, days, f"wrong-{kind}")
+    services = tuple(_wrong(v, kind, rng, gpus, base.steps_per_day) for v in base.services)
+    return _told(base, services, f"forecasts wrong: {kind}")
+
+
+def _base(rng: np.random.Generator, seed: int, days: int,
+          label: str) -> tuple[model.Scenario, int]:
+    """The generated scenario an instance starts from (its services' forecasts exact),
+    and its GPUs: its size, jobs and services' share drawn from `rng`."""
     gpus = int(rng.choice(SIZES))
     jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
     share = float(rng.uniform(0.3, 0.5))  # services' weekday peaks, of the cluster
     base = generator.generate(
         gpus, jobs, seed, services=1 if gpus <= 16 else 2, service_share=share,
         start_hour=int(rng.integers(0, 24)), duration_steps=24 * days,
-        name=f"wrong-{kind}-{gpus}g-s{seed}" + (f"-{days}d" if days != 2 else ""))
-    services = tuple(_wrong(v, kind, rng, gpus, base.steps_per_day) for v in base.services)
+        name=f"{label}-{gpus}g-s{seed}" + (f"-{days}d" if days != 2 else ""))
+    return base, gpus
+
+
+def _told(base: model.Scenario, services: tuple[model.Service, ...],
+          how: str) -> model.Scenario:
+    """`base` with its services replaced by `services`, whose forecasts are wrong `how`."""
     return model.Scenario(
         name=base.name,
-        description=f"{base.description}; forecasts wrong: {kind}",
+        description=f"{base.description}; {how}",
         cluster=base.cluster,
         step_minutes=base.step_minutes,
         horizon_steps=base.horizon_steps,
@@ -69,6 +83,17 @@ def instance(seed: int, kind: str, days: int = 2) -> model.Scenario:
         services=services,
         source="<generated>",
     )
+
+
+def _service(v: model.Service, true: np.ndarray, told: np.ndarray, gpus: int) -> model.Service:
+    """`v` with demand `true` and forecast `told`, whole GPUs within the cluster, and a
+    swap cap that follows the demand's steepest step."""
+    demand = tuple(int(x) for x in np.clip(np.round(true), 0, gpus))
+    forecast = tuple(int(x) for x in np.clip(np.round(told), 0, gpus))
+    ramp = max((abs(b - a) for a, b in zip(demand, demand[1:], strict=False)), default=1)
+    return model.Service(name=v.name, priority=v.priority,
+                         max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
+                         demand=demand, forecast=forecast)
 
 
 def _wrong(v: model.Service, kind: str, rng: np.random.Generator, gpus: int,
@@ -94,12 +119,7 @@ def _wrong(v: model.Service, kind: str, rng: np.random.Generator, gpus: int,
                 true[start : start + width] *= rng.uniform(1.4, 2.0)
     else:  # noise
         true = true * rng.lognormal(0.0, 0.3, size=n)
-    demand = tuple(int(x) for x in np.clip(np.round(true), 0, gpus))
-    forecast = tuple(int(x) for x in np.clip(np.round(told), 0, gpus))
-    ramp = max((abs(b - a) for a, b in zip(demand, demand[1:], strict=False)), default=1)
-    return model.Service(name=v.name, priority=v.priority,
-                         max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
-                         demand=demand, forecast=forecast)
+    return _service(v, true, told, gpus)
 
 
 def day_earlier(count: int = 40, seed: int = 7000, days: int = 2) -> list[model.Scenario]:
@@ -114,13 +134,7 @@ def day_earlier(count: int = 40, seed: int = 7000, days: int = 2) -> list[model.
 
 def _day_earlier(seed: int, days: int) -> model.Scenario:
     rng = np.random.default_rng([seed, len(KINDS)])
-    gpus = int(rng.choice(SIZES))
-    jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
-    base = generator.generate(
-        gpus, jobs, seed, services=1 if gpus <= 16 else 2,
-        service_share=float(rng.uniform(0.3, 0.5)), start_hour=int(rng.integers(0, 24)),
-        duration_steps=24 * days,
-        name=f"day-earlier-{gpus}g-s{seed}" + (f"-{days}d" if days != 2 else ""))
+    base, gpus = _base(rng, seed, days, "day-earlier")
     spd = base.steps_per_day
     services = []
     for v in base.services:
@@ -137,21 +151,5 @@ def _day_earlier(seed: int, days: int) -> model.Scenario:
             for _ in range(int(rng.integers(0, 3))):
                 start = d * spd + int(rng.integers(0, spd))
                 true[start : start + int(rng.integers(1, 3))] *= rng.uniform(1.3, 1.8)
-        true = np.clip(np.round(true), 0, gpus)
-        demand = tuple(int(x) for x in true[spd : spd + n])
-        forecast = tuple(int(x) for x in true[:n])
-        ramp = max((abs(b - a) for a, b in zip(demand, demand[1:], strict=False)), default=1)
-        services.append(model.Service(name=v.name, priority=v.priority,
-                                      max_swap=max(v.max_swap, math.ceil(1.25 * ramp)),
-                                      demand=demand, forecast=forecast))
-    return model.Scenario(
-        name=base.name,
-        description=f"{base.description}; forecast: the same hours a day earlier",
-        cluster=base.cluster,
-        step_minutes=base.step_minutes,
-        horizon_steps=base.horizon_steps,
-        duration_steps=base.duration_steps,
-        jobs=base.jobs,
-        services=tuple(services),
-        source="<generated>",
-    )
+        services.append(_service(v, true[spd : spd + n], true[:n], gpus))
+    return _told(base, tuple(services), "forecast: the same hours a day earlier")
