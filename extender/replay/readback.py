@@ -204,19 +204,15 @@ def rebuild(
         if name not in bound_at:
             notes.append(f"{name}: bound after the last sample")
             continue
-        start = bound_at[name]
-        if a.get(ann.ADMITTED_AT):
-            admitted = int(np.floor((world.ts(a[ann.ADMITTED_AT]) - t0) / S + 1e-9))
-            if admitted != start:
-                notes.append(
-                    f"{name}: admitted in step {admitted}, its gang bound in step "
-                    f"{start} (GPUs still held by pods on their way out)"
-                )
-            if admitted == start - 1:
-                # Bound a step late only because a service's pod took the rest of the
-                # step to go (seconds of an hour, in compressed time): it runs its
-                # duration from its admission (`world.schedule_ends`), and is drawn so.
-                start = admitted
+        bound_step = bound_at[name]
+        admitted = world.admitted_step(a, t0, S)
+        if admitted is not None and admitted != bound_step:
+            notes.append(
+                f"{name}: admitted in step {admitted}, its gang bound in step "
+                f"{bound_step} (GPUs still held by pods on their way out)"
+            )
+        # Drawn from the step its duration runs from, as `world.schedule_ends` ends it.
+        start = world.run_start(a, bound_step, t0, S)
         finished = [_finished_at(p) for p in members]
         end = start + j.duration_steps
         if all(f is not None for f in finished):

@@ -254,6 +254,22 @@ def wait_nodes_ready(core: Any, count: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"bench nodes not Ready within {timeout}s")
 
 
+def run_start(annotations: dict[str, str], bound: int, t0: float, S: float) -> int:
+    """The step a job's true duration counts from: the step its gang was bound, or its
+    admission's if that was the step before (its GPUs still held by a service's pods on
+    their way out: seconds of an hour, made a step by compressed time; in the
+    simulator a service gives up a GPU and a job starts on it in the same step)."""
+    admitted = admitted_step(annotations, t0, S)
+    return admitted if admitted == bound - 1 else bound
+
+
+def admitted_step(annotations: dict[str, str], t0: float, S: float) -> int | None:
+    """The step of the gpuroster.io/admitted-at annotation, None without one."""
+    if not annotations.get(ann.ADMITTED_AT):
+        return None
+    return math.floor((ts(annotations[ann.ADMITTED_AT]) - t0) / S + 1e-9)
+
+
 def schedule_ends(
     core: Any,
     ns: str,
@@ -265,12 +281,9 @@ def schedule_ends(
 ) -> None:
     """Give each newly started job its completion time: just before the boundary of
     the step its true duration ends on, counted from the step its gang was bound,
-    so the cluster's steps match the simulator's. A gang admitted a step before it could
-    bind (its GPUs still held by a service's pods on their way out: seconds of an hour,
-    made a step by compressed time) counts from its admission, as in the simulator,
-    where a service gives up a GPU and a job starts on it in the same step; otherwise
-    the job would hold its GPUs a step past the end the plans count on, and every plan
-    after would differ. That is after the step's sample
+    so the cluster's steps match the simulator's, or from its admission a step before
+    (`run_start`): otherwise the job would hold its GPUs a step past the end the plans
+    count on, and every plan after would differ. That is after the step's sample
     and inside the extender's quiet tail, so the boundary plan sees the job gone,
     as the simulator's does; just past the boundary, the boundary plan would still
     see it running and commit around it. KWOK's pod-complete stage reads the
@@ -283,11 +296,7 @@ def schedule_ends(
         j = jobs.get(name)
         if SIMULATED_RUNTIME in a or j is None or name not in started:
             continue
-        start = started[name]
-        if a.get(ann.ADMITTED_AT):
-            admitted = math.floor((ts(a[ann.ADMITTED_AT]) - t0) / S + 1e-9)
-            if admitted == start - 1:
-                start = admitted
+        start = run_start(a, started[name], t0, S)
         end = datetime.fromtimestamp(t0 + (start + j.duration_steps) * S - 0.8 * tail, UTC)
         try:
             core.patch_namespaced_pod(
