@@ -443,10 +443,7 @@ class Gpuroster:
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
-        ceilings = {v.name: max(curves[v.name][:H], default=0) for v in inp.services}
-        nexts = {v.name: curves[v.name][1] if len(curves[v.name]) > 1 else targets[v.name]
-                 for v in inp.services}
-        self._place_services(inp, plan, best.placed, used_now, targets, ceilings, nexts)
+        self._place_services(inp, plan, best.placed, used_now, targets, curves)
         for v in inp.services:  # at step now, what they hold
             plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
             plan.service_counts[v.name] = tuple(
@@ -454,13 +451,13 @@ class Gpuroster:
         return plan
 
     def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
-                        used_now: int, targets: dict[str, int], ceilings: dict[str, int],
-                        nexts: dict[str, int]) -> None:
+                        used_now: int, targets: dict[str, int],
+                        curves: dict[str, list[int]]) -> None:
         """The services' GPUs at step now: keep, grow into the top idle GPUs, shed the
         lowest, and move off the blocks of jobs planned to start soon; then the GPUs still
-        idle that no job wants soon as spare replicas (`Options.spare_fill`), up to
-        `ceilings` and as many as the swap cap can shed again toward `nexts` (the curve at
-        the next step)."""
+        idle that no job wants next step as spare replicas (`Options.spare_fill`), up to
+        the peak of the service's curve over the horizon and as many as the swap cap can
+        shed again toward the curve at the next step."""
         c = inp.cluster
         now = inp.now
         idle = ((1 << c.gpus) - 1) & ~used_now
@@ -489,13 +486,17 @@ class Gpuroster:
         soon = wanted[0] if wanted else 0
         window = self.options.error_window or inp.steps_per_day
         for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
-            if not _missed(v, window):
+            # A service whose forecast held (or that has no past yet) gets no spares, so
+            # exact forecasts plan as they did without them.
+            if not headroom.ran_over(v.past_demand, v.past_forecast, window):
                 continue
             gpus = plan.service_gpus[v.name]
-            room = ceilings[v.name] - len(gpus)
+            curve = curves[v.name]
+            room = max(curve[:inp.horizon], default=0) - len(gpus)
             if now > 0:  # swaps now, and the fall to next step's curve, within the cap
+                after = curve[1] if len(curve) > 1 else targets[v.name]
                 room = min(room, v.max_swap - len(gpus ^ v.current_gpus),
-                           v.max_swap - max(0, len(gpus) - nexts[v.name]))
+                           v.max_swap - max(0, len(gpus) - after))
             spare = scaling.spare(gpus, room, idle & ~soon & v.allowed(c), v.unit,
                                   c.gpus_per_node, v.most_per_node)
             if spare:
@@ -788,15 +789,6 @@ def _trade(
     if not starts:
         return None
     return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
-
-
-def _missed(v: model.ServiceState, window: int) -> bool:
-    """Whether `v`'s demand ran above its forecast at a step of the last `window`: a
-    service whose forecast has held (or that has no past yet) gets no spares, so exact
-    forecasts plan as they did without them."""
-    n = min(len(v.past_demand), len(v.past_forecast), window)
-    pairs = zip(v.past_demand[-n:], v.past_forecast[-n:], strict=True)
-    return n > 0 and any(d > f for d, f in pairs)
 
 
 def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,

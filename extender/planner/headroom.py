@@ -43,19 +43,25 @@ def check_objective(value: float) -> float:
     return float(value)
 
 
+def ran_over(past_demand: Sequence[int], past_forecast: Sequence[int], window: int) -> bool:
+    """Whether demand ran above its forecast at any step of the last `window` (paired
+    from the end)."""
+    n = min(len(past_demand), len(past_forecast), window)
+    return n > 0 and any(map(operator.gt, past_demand[len(past_demand) - n:],
+                             past_forecast[len(past_forecast) - n:]))
+
+
 def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Sequence[int],
           objective: float, window: int = DEFAULT_WINDOW) -> list[int]:
     """Headroom GPUs per lead (0 = step now) over `forecast`, at the service level
     `objective`, from the error of the last `window` steps (see the module text)."""
+    if not ran_over(past_demand, past_forecast, window):
+        return [0] * len(forecast)  # no history, or the forecast covered every step
     n = min(len(past_demand), len(past_forecast), window)
-    if n <= 0:
-        return [0] * len(forecast)
     # Plain Python: a day of steps is a few dozen numbers, and this runs per service on
     # every re-plan (numpy's per-call cost was 200 us of a 1 ms budget).
     d = [float(x) for x in past_demand[len(past_demand) - n:]]
     f = [float(x) for x in past_forecast[len(past_forecast) - n:]]
-    if all(a <= b for a, b in zip(d, f, strict=True)):
-        return [0] * len(forecast)  # the forecast covered every step
     floor = max(1.0, sum(f) / n)
     scale = [x if x > floor else floor for x in f]
     share = smallest(d, f, scale, [(a - b) / c for a, b, c in zip(d, f, scale, strict=True)],
