@@ -87,9 +87,9 @@ class Explainer:
     def __init__(self, client: kube.Kube) -> None:
         self.client = client
         self._explained: dict[str, str] = {}  # pod key -> last message told
-        # pod key -> an Admitted story whose Event failed: the gang is running by the next
-        # round, so nothing recomputes it; it is told again from here until it lands.
-        self._owed: dict[str, tuple[str, str]] = {}  # pod key -> (reason, message)
+        # pod key -> an Admitted message whose Event failed: the gang is running by the
+        # next round, so nothing recomputes it; it is told again from here until it lands.
+        self._owed: dict[str, str] = {}
 
     def explain(self, snap: snapshot.Snapshot, step: int, now: float,
                 admitted: Mapping[str, snapshot.Admission], problems: Mapping[str, str],
@@ -113,7 +113,7 @@ class Explainer:
                 for p in g.pods:
                     owed = self._owed.get(ann.key(p))
                     if owed is not None:
-                        self.tell(p, owed[0], owed[1], now, True, False)
+                        self.tell(p, "Admitted", owed, now, True, False)
                 self._report_down_nodes(snap, g, now)
                 continue
             for p in g.pods:
@@ -174,7 +174,7 @@ class Explainer:
             # Not told: try again next round (a slow API server must not eat the Event).
             self._explained.pop(k, None)
             if reason == "Admitted":
-                self._owed[k] = (reason, message)
+                self._owed[k] = message
             log.info("event on %s not written (%s); retrying next round", k, e)
             return
         self._owed.pop(k, None)
