@@ -51,10 +51,12 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
+from typing import NamedTuple
 
 from extender.planner import blocks, headroom, model, policies, scaling
 
@@ -129,6 +131,19 @@ class Options:
     spare_fill: bool = True
 
 
+class _Job(NamedTuple):
+    """A queued job as every pass of one re-plan reads it (worked out once per plan)."""
+
+    q: model.QueuedJob
+    name: str
+    d: int  # steps its block is held: its estimate, cut at the window's end
+    size: int
+    allow: int  # the GPUs it may use
+    shape: tuple[int, int, int]  # (size, d, allow): what failures and fronts are kept by
+    worth: float  # priority x size: its value a step, before the reward weight
+    reach: float  # the most it can add: starting now
+
+
 @dataclass(slots=True)
 class _Placed:
     name: str
@@ -151,12 +166,12 @@ class _Frame:
     R: int  # the latest start planned (reservations past the horizon reach this far)
     occ: list[int]  # GPUs batch work holds (running jobs, lost nodes), per step
     slack: list[int]  # room left for batch work beside the services' curves, per step
+    packed: bytearray | None  # `slack` as bytes (`_packed`), where every step's room fits in one
     locked: list[int]  # GPUs the services still hold, per step, following their curves
     shrunk: list[int]  # the same if a trade takes their GPUs (shrinking at their swap cap)
     overrun: list[int] | None  # room kept for running jobs' overruns (with services)
     guard: int  # steps a planned job may outlast its estimate, for the services' room
-    reach: dict[str, float]  # the most each job can add (starting now)
-    ceiling: float  # the sum of `reach`: no pass scores more
+    ceiling: float  # the sum of the jobs' reach: no pass scores more
     groups: list[tuple[int, list[int]]]  # per node set of a limited service: its room
     shortable: list[tuple[float, list[int]]]  # (price a GPU-step, curve), cheapest first
     starving: frozenset[str]  # waited past `max_wait_steps`: planned first
@@ -165,7 +180,9 @@ class _Frame:
 
 @dataclass
 class _Candidate:
-    placed: list[_Placed] = field(default_factory=list)
+    # (name, step, start, size, traded) of each job placed, as in `_Placed` (made for the
+    # winning plan only)
+    placed: list[tuple[str, int, int, int, bool]] = field(default_factory=list)
     score: float = -math.inf
     # GPUs of the services' curves given up to traded jobs, per step (empty: none)
     short: list[int] = field(default_factory=list)
@@ -353,6 +370,13 @@ class Gpuroster:
         cum = _cumulative_weights(o.decay, W)
         reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in queue}
         ceiling = sum(reach.values())
+        full = (1 << c.gpus) - 1
+        jobs = {}
+        for q in queue:
+            d = min(q.estimate_steps, W)
+            allow = full if q.nodes is None else q.allowed(c)
+            jobs[q.name] = _Job(q, q.name, d, q.gpus, allow, (q.gpus, d, allow),
+                                q.priority * q.gpus, reach[q.name])
         n_off = unavailable.bit_count()
         # Services limited to some nodes need their curve inside those nodes: per such
         # node set, the GPUs left there for batch work at each step.
@@ -365,26 +389,30 @@ class Gpuroster:
         # (a job placed over the curve takes the cheapest GPUs first).
         shortable = sorted(((o.realtime_penalty * v.priority, curves[v.name])
                             for v in inp.services), key=lambda x: x[0])
-        queues: list[tuple[int, list[model.QueuedJob], str]] = []
+        queues: list[tuple[int, list[_Job], str]] = []
         for i, (order, mode) in enumerate(passes):
-            ordered = starving + _ordered(rest, order)
-            key = (mode,) + tuple(q.name for q in ordered)
+            in_order = starving + _ordered(rest, order)
+            key = (mode,) + tuple(q.name for q in in_order)
             if key not in seen:
                 seen.add(key)
-                queues.append((i, ordered, mode))
+                queues.append((i, [jobs[q.name] for q in in_order], mode))
         queues.sort(key=lambda x: x[0] != self._last_winner)
-        frame = _Frame(c, W, R, occ, slack, locked, shrunk, overrun if inp.services else None,
-                       guard, reach, ceiling, groups, shortable, starved, drain)
+        # The room as bytes where every step's fits in one (with the room kept for running
+        # jobs' overruns too, which starving jobs may use): `_place` searches it fast.
+        packed = _packed(slack) if max(slack) + max(overrun) < 256 else None
+        frame = _Frame(c, W, R, occ, slack, packed, locked, shrunk,
+                       overrun if inp.services else None, guard, ceiling, groups, shortable,
+                       starved, drain)
         best_at = len(passes)
 
-        def place(ordered: list[model.QueuedJob], mode: str, sooner: bool = False,
+        def place(ordered: list[_Job], mode: str, sooner: bool = False,
                   met: list[bool] | None = None) -> _Candidate | None:
             """One pass of a queue order in its mode, to beat the best plan so far."""
             return self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
                                trade_first=trade_first if mode == "trade-first" else None,
                                sooner=sooner, met=met)
 
-        again: list[tuple[list[model.QueuedJob], str]] = []
+        again: list[tuple[list[_Job], str]] = []
         for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
@@ -407,7 +435,8 @@ class Gpuroster:
         plan = model.Plan(now=now)
         queued = {q.name: q for q in inp.queued}
         used_now = occ[0]
-        for p in best.placed:
+        placed = [_Placed(*p) for p in best.placed]
+        for p in placed:
             plan.planned_start[p.name] = now + p.step
             plan.planned_block[p.name] = p.block
             if p.step == 0:
@@ -443,7 +472,7 @@ class Gpuroster:
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
-        self._place_services(inp, plan, best.placed, used_now, targets, curves)
+        self._place_services(inp, plan, placed, used_now, targets, curves)
         for v in inp.services:  # at step now, what they hold
             plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
             plan.service_counts[v.name] = tuple(
@@ -509,7 +538,7 @@ class Gpuroster:
     def _place(
         self,
         f: _Frame,
-        queue: list[model.QueuedJob],
+        queue: list[_Job],
         beat: float,
         fill_now: bool = False,
         trade_first: list[str] | None = None,
@@ -518,8 +547,8 @@ class Gpuroster:
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
-        `reach[name]` is the most a job can add (starting now; the reward weight
-        only decays), so the score so far plus the reach of the jobs still to place
+        `reach` is the most a job can add (starting now; the reward weight only
+        decays), so the score so far plus the reach of the jobs still to place
         bounds the pass: below `beat`, it cannot win and is dropped unfinished.
 
         A job that fits beside the services' curve only at a later step starts now
@@ -527,12 +556,19 @@ class Gpuroster:
         without, such a trade is only noted, by appending to `met` (once).
         """
         o = self.options
-        c, W, guard, reach, starving = f.cluster, f.W, f.guard, f.reach, f.starving
+        c, W, guard, starving = f.cluster, f.W, f.guard, f.starving
         locked, shortable = f.locked, f.shortable
         left = f.ceiling  # the reach of the jobs not yet placed or given up on
         bar = beat - 1e-9 * max(1.0, abs(beat)) if o.decay >= 0 else -math.inf
         occ = f.occ[:]
-        slack = f.slack[:]
+        # The room beside the services' curves per step: as bytes (a step's room below 0
+        # as 0, all that is ever asked of it) where it fits in them, else as a list. As
+        # bytes, the first start with room for a job's whole run is one search of the
+        # steps too full for its size (`_clear_from`), and placing a job one translation
+        # of its steps: not a slice, a min and a walk per candidate start.
+        slack: bytearray | list[int] = (bytearray(f.packed) if f.packed is not None
+                                        else f.slack[:])
+        too_full: dict[int, bytearray] = {}  # per job size, 1 at steps whose room is below it
         rooms = [(mask, room[:]) for mask, room in f.groups]
         cand = _Candidate(score=0.0)
         cum = _cumulative_weights(o.decay, W)
@@ -540,6 +576,7 @@ class Gpuroster:
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
         price_floor = shortable[0][0] if shortable else 0.0  # the cheapest shortfall
         cand.short = short
+        placed_jobs = cand.placed
         # (start, block) of the starving jobs planned for later. Work planned after them
         # on their GPUs ends a margin before they start: one that overran into the block
         # would push it back, and at every re-plan another might, out of a trough for
@@ -554,32 +591,35 @@ class Gpuroster:
                     near |= m
             return near
 
-        def hold(q: model.QueuedJob, k: int, end: int, start: int, value: float,
+        def hold(j: _Job, k: int, end: int, start: int, value: float,
                  traded: bool = False) -> None:
-            size = q.gpus
+            size = j.size
             m = ((1 << size) - 1) << start
             occ[k:end] = map(m.__or__, occ[k:end])  # (C-level loops: this runs per job)
             if traded:  # over the services' curve somewhere: note what it takes from them
                 for t in range(k, end):
                     if slack[t] < size:
                         short[t] += size - max(0, slack[t])
-            slack[k:end] = map((-size).__add__, slack[k:end])
+            # Estimates run over: as for the running jobs, a planned job may hold its GPUs
+            # `guard` steps past its estimate, so the services' room there is smaller for
+            # the jobs placed after it; else a packed plan turns a one-step overrun into
+            # real-time shortfall.
+            over = end + guard if end + guard < W else W
+            if type(slack) is bytearray:
+                slack[k:over] = slack[k:over].translate(_less(size))
+                too_full.clear()
+            else:
+                slack[k:over] = map((-size).__add__, slack[k:over])
             for mask, room in rooms:
                 if m & mask:
                     inside = (m & mask).bit_count()
                     for t in range(k, end):
                         room[t] -= inside
-            # Estimates run over: as for the running jobs, a planned job may hold its GPUs
-            # `guard` steps past its estimate, so the services' room there is smaller for
-            # the jobs placed after it; else a packed plan turns a one-step overrun into
-            # real-time shortfall.
-            for t in range(end, min(end + guard, W)):
-                slack[t] -= size
-            if k and q.name in starving:
+            if k and j.name in starving:
                 ahead.append((k, m))
-            cand.placed.append(_Placed(q.name, k, start, size, traded))
+            placed_jobs.append((j.name, k, start, size, traded))
             cand.score += value
-            done.add(q.name)
+            done.add(j.name)
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
         R = f.R
@@ -595,12 +635,12 @@ class Gpuroster:
             # First the trades of the jobs only a trade can start (limit 0: no search
             # beside the curve), then every job in queue order around them.
             wanted = set(trade_first)
-            passes = [([q for q in queue if q.name in wanted], 0, True), (queue, R, True)]
+            passes = [([j for j in queue if j.name in wanted], 0, True), (queue, R, True)]
         if starving:
             # Jobs past the starvation bound are planned before anything else in every
             # pass, the fill of today's holes included: else each step's newcomers that
             # fit now push them back a step.
-            passes.insert(0, ([q for q in queue if q.name in starving], R, True))
+            passes.insert(0, ([j for j in queue if j.name in starving], R, True))
         done: set[str] = set()
         for phase, (jobs, limit, trading) in enumerate(passes):
             final = phase == len(passes) - 1
@@ -609,8 +649,12 @@ class Gpuroster:
             # a step at every re-plan. (If it does overrun, their start slips then.)
             unguarded = f.overrun if phase == 0 and starving else None
             if unguarded:
-                for t in range(W):
-                    slack[t] += unguarded[t]
+                if type(slack) is bytearray:  # nothing placed yet: the frame's room, and more
+                    slack = bytearray(_packed(list(map(operator.add, f.slack, unguarded))))
+                    too_full.clear()
+                else:
+                    for t in range(W):
+                        slack[t] += unguarded[t]
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -624,32 +668,38 @@ class Gpuroster:
             # starving work only grow): a deep queue of small jobs, a few shapes many
             # times over, does not re-scan from step now for every one of them.
             front: dict[tuple[int, int, int], int] = {}
-            for q in jobs:
-                if q.name in done:
+            for j in jobs:
+                q, name, d, size, allow, shape, worth, reach = j
+                if name in done:
                     continue
-                d = min(q.estimate_steps, W)
-                size = q.gpus
-                allow = full if q.nodes is None else q.allowed(c)
                 skip = bool(failed) and any(size >= fs and d >= fd and not allow & ~fa
                                             for fs, fd, fa in failed)
                 tradable = (trading and bool(shortable)
-                            and q.priority > untraded.get((size, d, allow), -math.inf))
+                            and q.priority > untraded.get(shape, -math.inf))
                 if skip and not tradable:
                     if final:
-                        left -= reach[q.name]
+                        left -= reach
                         if cand.score + left < bar:
                             return None
                     continue
                 placed = False
                 margin = max(o.overrun_guard, math.ceil(d * o.starving_margin)) if ahead else 0
-                shape = (size, d, allow)
+                if type(slack) is bytearray:
+                    if size not in too_full:
+                        too_full[size] = slack.translate(_below(size))
+                    bad = too_full[size]
                 # Ruled out above: only a trade is left to try.
                 k = limit if skip else front.get(shape, 0)
                 while k < limit:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
-                    # rules out every start whose run covers it: jump past the last one.
-                    if min(slack[k:end]) < size:
+                    # rules out every start whose run covers it: on past them.
+                    if type(slack) is bytearray:
+                        clear = _clear_from(bad, k, d)
+                        if clear != k:
+                            k = clear
+                            continue
+                    elif min(slack[k:end]) < size:
                         t = end - 1
                         while slack[t] >= size:
                             t -= 1
@@ -685,12 +735,12 @@ class Gpuroster:
                     # Fullness counts batch work only: a node shared with a service is
                     # not "snug", since the service moves and jobs do not.
                     b = blocks.best_fit(starts, size, full & ~occ[k], c)
-                    later = q.priority * size * (cum[end] - cum[k])
+                    later = worth * (cum[end] - cum[k])
                     # Or now, over the services' curve, if that is worth more net of
                     # the shortfall: taken with `sooner`, else only noted in `met`.
                     if (k and tradable and (sooner or (met is not None and not met))
-                            and not _trade_loses(q.priority * size * cum[d if d < W else W],
-                                                 size - max(0, slack[0]), price_floor, later)
+                            and not _trade_loses(worth * cum[d], size - max(0, slack[0]),
+                                                 price_floor, later)
                             and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
                             and blocks.start_positions(free_now, size, c)):
                         swap = _trade(q, 0, d, allow, occ, slack, short,
@@ -700,16 +750,16 @@ class Gpuroster:
                             if met is not None and not sooner:
                                 met.append(True)
                             else:
-                                hold(q, 0, d if d < W else W, *swap, traded=True)
+                                hold(j, 0, d, *swap, traded=True)
                                 placed = True
                                 break
-                    hold(q, k, end, b, later)
+                    hold(j, k, end, b, later)
                     placed = True
                     break
                 if not placed and not skip and limit:
                     failed = [(fs, fd, fa) for fs, fd, fa in failed
                               if not (fs >= size and fd >= d and not fa & ~allow)]
-                    failed.append((size, d, allow))
+                    failed.append(shape)
                 if not placed and tradable:
                     # Nowhere within reach leaves the services their curve. A job wider than
                     # the curve ever leaves free would wait for ever; so it starts now if
@@ -719,7 +769,7 @@ class Gpuroster:
                     # could run there, and by then the plan has moved on. Except for a job
                     # past the starvation bound: it takes the first step a block frees, and
                     # the services shrink towards it at their swap cap.)
-                    draining = q.name in f.drain
+                    draining = name in f.drain
                     trade = _trade(q, 0, d, allow, occ, slack, short,
                                    (f.shrunk if draining else locked)[0]
                                    | before_ahead(d, margin), shortable, c, W, cum)
@@ -732,18 +782,55 @@ class Gpuroster:
                             if trade is not None:
                                 break
                     if trade is not None:
-                        hold(q, at, at + d if at + d < W else W, *trade, traded=True)
+                        hold(j, at, at + d if at + d < W else W, *trade, traded=True)
                         placed = True
                     else:
-                        untraded[size, d, allow] = q.priority
+                        untraded[shape] = q.priority
                 if placed or final:
-                    left -= reach[q.name]
+                    left -= reach
                     if cand.score + left < bar:
                         return None
             if unguarded:
-                for t in range(W):
-                    slack[t] -= unguarded[t]
+                if type(slack) is bytearray:
+                    slack = bytearray(x - u if x > u else 0
+                                      for x, u in zip(slack, unguarded, strict=True))
+                    too_full.clear()
+                else:
+                    for t in range(W):
+                        slack[t] -= unguarded[t]
         return cand
+
+
+def _packed(room: list[int]) -> bytearray:
+    """`room` as bytes, a step's room below 0 as 0; every step's at most 255."""
+    return bytearray(x if x > 0 else 0 for x in room)
+
+
+@functools.cache
+def _below(size: int) -> bytes:
+    """A translation of packed room (`_packed`) to 1 where it is below `size`, else 0."""
+    return bytes(1 if x < size else 0 for x in range(256))
+
+
+@functools.cache
+def _less(size: int) -> bytes:
+    """A translation of packed room (`_packed`) to that room less `size`: below 0 is 0
+    there, and stays 0."""
+    return bytes(max(0, x - size) for x in range(256))
+
+
+def _clear_from(bad: bytearray, k: int, d: int) -> int:
+    """The first start from `k` whose run of `d` steps (cut at the window's end) meets no
+    step marked 1 in `bad`; len(bad) or more when none does."""
+    at = bad.find(_zeros(d), k)
+    if at < 0:  # no whole run: one cut at the window's end, past the last marked step
+        at = max(k, bad.rfind(1) + 1)
+    return at
+
+
+@functools.cache
+def _zeros(n: int) -> bytes:
+    return bytes(n)
 
 
 def _trade_loses(value: float, over: int, price: float, floor: float) -> bool:
@@ -754,7 +841,7 @@ def _trade_loses(value: float, over: int, price: float, floor: float) -> bool:
 
 
 def _trade(
-    q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: list[int],
+    q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: Sequence[int],
     short: list[int], locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
     W: int, cum: tuple[float, ...], floor: float = 0.0,
 ) -> tuple[int, float] | None:
