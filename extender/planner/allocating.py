@@ -144,6 +144,10 @@ class _Job(NamedTuple):
     reach: float  # the most it can add: starting now
 
 
+_NAME = operator.itemgetter(1)  # a _Job's name
+_REACH = operator.itemgetter(7)  # a _Job's reach
+
+
 @dataclass(slots=True)
 class _Placed:
     name: str
@@ -191,8 +195,10 @@ class _Candidate:
 def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
     """The service's forecast over `length` steps, the daily pattern continued past its end."""
     f = list(v.forecast[:length])
-    while len(f) < length:
-        f.append(f[len(f) - period] if len(f) >= period else (f[-1] if f else 0))
+    if len(f) < min(period, length):  # less than a day told: its last count held
+        f += [f[-1] if f else 0] * (min(period, length) - len(f))
+    while len(f) < length:  # each step as a day earlier (a day at a time: slices)
+        f += f[len(f) - period:length - period]
     return f
 
 
@@ -314,10 +320,9 @@ class Gpuroster:
         # may hold its GPUs `overrun_guard` steps past its estimate.
         overrun = [0] * W
         for r in inp.running:
-            end = min(r.expected_end(now) - now, W)
+            end = min(r.expected_end(now) - now, W)  # at least 1
             m = r.block.mask
-            for k in range(end):
-                occ[k] |= m
+            occ[:end] = map(m.__or__, occ[:end])
             for k in range(end, min(end + o.overrun_guard, W)):
                 overrun[k] += r.gpus
 
@@ -331,11 +336,9 @@ class Gpuroster:
         }
         capacity = [c.gpus - unavailable.bit_count()] * W
         for curve in curves.values():
-            for k in range(W):
-                capacity[k] -= curve[k]
+            capacity = list(map(operator.sub, capacity, curve))
         if inp.services:
-            for k in range(W):
-                capacity[k] -= overrun[k]
+            capacity = list(map(operator.sub, capacity, overrun))
         R = max(H, min(W - 1, int(H * o.reserve_factor)))
         locked = _service_locks(inp, curves, R)
 
@@ -368,38 +371,44 @@ class Gpuroster:
         # Every job starting now is the most any order can score: once an order
         # reaches that, the others cannot win.
         cum = _cumulative_weights(o.decay, W)
-        reach = {q.name: q.priority * q.gpus * cum[min(q.estimate_steps, W)] for q in queue}
-        ceiling = sum(reach.values())
         full = (1 << c.gpus) - 1
         jobs = {}
+        make = tuple.__new__  # (a _Job without the named tuple's own __new__: per job)
         for q in queue:
-            d = min(q.estimate_steps, W)
+            d = q.estimate_steps if q.estimate_steps < W else W
+            size = q.gpus
             allow = full if q.nodes is None else q.allowed(c)
-            jobs[q.name] = _Job(q, q.name, d, q.gpus, allow, (q.gpus, d, allow),
-                                q.priority * q.gpus, reach[q.name])
+            worth = q.priority * size
+            jobs[q.name] = make(_Job, (q, q.name, d, size, allow, (size, d, allow), worth,
+                                       worth * cum[d]))
+        ceiling = sum(map(_REACH, jobs.values()))
         n_off = unavailable.bit_count()
         # Services limited to some nodes need their curve inside those nodes: per such
         # node set, the GPUs left there for batch work at each step.
         groups = _service_rooms(inp.services, curves, occ, unavailable, c, W)
         # Room left for batch work at each step (capacity already excludes the
         # unavailable GPUs): the same start for every order.
-        slack = [capacity[k] - (occ[k].bit_count() - n_off) for k in range(W)]
+        slack = list(map(operator.sub, capacity, map(int.bit_count, occ)))
+        if n_off:
+            slack = [x + n_off for x in slack]
         guard = o.overrun_guard if inp.services else 0
         # What a shortfall costs, per GPU-step: the services' curves, lowest priority first
         # (a job placed over the curve takes the cheapest GPUs first).
         shortable = sorted(((o.realtime_penalty * v.priority, curves[v.name])
                             for v in inp.services), key=lambda x: x[0])
         queues: list[tuple[int, list[_Job], str]] = []
+        orders: dict[str, list[_Job]] = {}  # (the modes' passes share "priority")
         for i, (order, mode) in enumerate(passes):
-            in_order = starving + _ordered(rest, order)
-            key = (mode,) + tuple(q.name for q in in_order)
+            if order not in orders:
+                orders[order] = [jobs[q.name] for q in starving + _ordered(rest, order)]
+            key = (mode, *map(_NAME, orders[order]))
             if key not in seen:
                 seen.add(key)
-                queues.append((i, [jobs[q.name] for q in in_order], mode))
+                queues.append((i, orders[order], mode))
         queues.sort(key=lambda x: x[0] != self._last_winner)
         # The room as bytes where every step's fits in one (with the room kept for running
         # jobs' overruns too, which starving jobs may use): `_place` searches it fast.
-        packed = _packed(slack) if max(slack) + max(overrun) < 256 else None
+        packed = _packed(slack) if max(slack) + max(overrun) <= 255 else None
         frame = _Frame(c, W, R, occ, slack, packed, locked, shrunk,
                        overrun if inp.services else None, guard, ceiling, groups, shortable,
                        starved, drain)
@@ -438,10 +447,10 @@ class Gpuroster:
         placed = [_Placed(*p) for p in best.placed]
         for p in placed:
             plan.planned_start[p.name] = now + p.step
-            plan.planned_block[p.name] = p.block
+            plan.planned_block[p.name] = block = p.block
             if p.step == 0:
-                plan.starts[p.name] = p.block
-                used_now |= p.block.mask
+                plan.starts[p.name] = block
+                used_now |= block.mask
             else:
                 plan.reasons[p.name] = f"planned start at step {now + p.step}" + (
                     ", over the services' curve: waited past the starvation bound, and no "
@@ -650,7 +659,9 @@ class Gpuroster:
             unguarded = f.overrun if phase == 0 and starving else None
             if unguarded:
                 if type(slack) is bytearray:  # nothing placed yet: the frame's room, and more
-                    slack = bytearray(_packed(list(map(operator.add, f.slack, unguarded))))
+                    more = _packed(list(map(operator.add, f.slack, unguarded)))
+                    assert more is not None  # (the frame packs its room only if this fits)
+                    slack = more
                     too_full.clear()
                 else:
                     for t in range(W):
@@ -684,26 +695,22 @@ class Gpuroster:
                     continue
                 placed = False
                 margin = max(o.overrun_guard, math.ceil(d * o.starving_margin)) if ahead else 0
-                if type(slack) is bytearray:
-                    if size not in too_full:
-                        too_full[size] = slack.translate(_below(size))
-                    bad = too_full[size]
                 # Ruled out above: only a trade is left to try.
                 k = limit if skip else front.get(shape, 0)
                 while k < limit:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
                     # rules out every start whose run covers it: on past them.
-                    if type(slack) is bytearray:
-                        clear = _clear_from(bad, k, d)
-                        if clear != k:
-                            k = clear
-                            continue
-                    elif min(slack[k:end]) < size:
-                        t = end - 1
-                        while slack[t] >= size:
-                            t -= 1
-                        k = t + 1
+                    if min(slack[k:end]) < size:
+                        if type(slack) is bytearray:  # to the first start clear of them
+                            if size not in too_full:
+                                too_full[size] = slack.translate(_below(size))
+                            k = _clear_from(too_full[size], k, d)
+                        else:  # past the last of them in this run
+                            t = end - 1
+                            while slack[t] >= size:
+                                t -= 1
+                            k = t + 1
                         continue
                     free = allow & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
@@ -801,9 +808,11 @@ class Gpuroster:
         return cand
 
 
-def _packed(room: list[int]) -> bytearray:
-    """`room` as bytes, a step's room below 0 as 0; every step's at most 255."""
-    return bytearray(x if x > 0 else 0 for x in room)
+def _packed(room: list[int]) -> bytearray | None:
+    """`room` as bytes, a step's room below 0 as 0; None when some step's is above 255."""
+    if max(room, default=0) > 255:
+        return None
+    return bytearray(room if min(room, default=0) >= 0 else (x if x > 0 else 0 for x in room))
 
 
 @functools.cache
@@ -919,9 +928,11 @@ def _only_by_trade(queue: list[model.QueuedJob], capacity: list[int], R: int) ->
     W = len(capacity)
     longest_fit: dict[int, int] = {}
     out = []
+    packed = _packed(capacity)
     for q in queue:
         if q.gpus not in longest_fit:
-            longest_fit[q.gpus] = _curve_room(capacity, q.gpus, R)
+            longest_fit[q.gpus] = (_curve_room(capacity, q.gpus, R) if packed is None else
+                                   _packed_room(packed.translate(_below(q.gpus)), R))
         if min(q.estimate_steps, W) > longest_fit[q.gpus]:
             out.append(q.name)
     return out
@@ -939,6 +950,20 @@ def _curve_room(capacity: list[int], size: int, R: int) -> int:
             if run == W - k:
                 return W
             longest = max(longest, run)
+    return longest
+
+
+def _packed_room(bad: bytearray, R: int) -> int:
+    """`_curve_room` on the steps marked 1 in `bad` where the room is too small: the
+    longest run of the others that starts before step `R` (the window's length when one
+    reaches its end), a run at a time."""
+    longest = at = 0
+    while (at := bad.find(0, at)) >= 0 and at < R:
+        end = bad.find(1, at)
+        if end < 0:
+            return len(bad)
+        longest = max(longest, end - at)
+        at = end
     return longest
 
 

@@ -49,3 +49,46 @@ def test_trade_loses_only_when_the_first_steps_shortfall_already_sinks_it() -> N
     # A tie is left to `_trade` itself, which adds the shortfall up in its own order.
     assert not allocating._trade_loses(100.0, 2, 40.0, floor=20.0)
     assert not allocating._trade_loses(100.0, 0, 40.0, floor=99.0)  # nothing short now
+
+
+def _first_clear(room: list[int], size: int, k: int, d: int) -> int:
+    """The first start from `k` whose run (cut at the window's end) has room for `size`
+    at every step, one start at a time; len(room) when none has."""
+    W = len(room)
+    while k < W and min(room[k:min(k + d, W)]) < size:
+        k += 1
+    return k
+
+
+@given(room=st.lists(st.integers(-3, 9), min_size=1, max_size=40), size=st.integers(1, 8),
+       k=st.integers(0, 40), d=st.integers(1, 50))
+def test_the_byte_search_finds_the_first_start_with_room(room: list[int], size: int, k: int,
+                                                         d: int) -> None:
+    packed = allocating._packed(room)
+    assert packed is not None and list(packed) == [max(0, x) for x in room]
+    bad = packed.translate(allocating._below(size))
+    k = min(k, len(room) - 1)
+    assert min(allocating._clear_from(bad, k, d), len(room)) == _first_clear(room, size, k, d)
+
+
+@given(room=st.lists(st.integers(-3, 9), min_size=1, max_size=40), size=st.integers(1, 8),
+       taken=st.integers(0, 9), lo=st.integers(0, 40), hi=st.integers(0, 40))
+def test_packed_room_less_a_job_is_the_room_less_it(room: list[int], size: int, taken: int,
+                                                    lo: int, hi: int) -> None:
+    packed = allocating._packed(room)
+    assert packed is not None
+    packed[lo:hi] = packed[lo:hi].translate(allocating._less(taken))
+    after = [x - taken if lo <= t < hi else x for t, x in enumerate(room)]
+    assert list(packed) == [max(0, x) for x in after]
+    assert allocating._packed([0, 256]) is None
+
+
+@given(capacity=st.lists(st.integers(-3, 9), min_size=2, max_size=40), size=st.integers(1, 8),
+       R=st.integers(1, 39))
+def test_the_byte_search_finds_the_longest_run_beside_the_curve(capacity: list[int], size: int,
+                                                                R: int) -> None:
+    R = min(R, len(capacity) - 1)
+    packed = allocating._packed(capacity)
+    assert packed is not None
+    assert (allocating._packed_room(packed.translate(allocating._below(size)), R)
+            == allocating._curve_room(capacity, size, R))
