@@ -158,7 +158,14 @@ class _Placed:
 
     @property
     def block(self) -> model.Block:
-        return model.Block(self.start, self.size)
+        return _block(self.start, self.size)
+
+
+@functools.lru_cache(maxsize=8192)
+def _block(start: int, size: int) -> model.Block:
+    """A Block, shared (it is frozen): a plan names one per job, and making a frozen
+    dataclass costs more than finding it again."""
+    return model.Block(start, size)
 
 
 @dataclass(frozen=True)
@@ -579,7 +586,8 @@ class Gpuroster:
                                         else f.slack[:])
         too_full: dict[int, bytearray] = {}  # per job size, 1 at steps whose room is below it
         rooms = [(mask, room[:]) for mask, room in f.groups]
-        cand = _Candidate(score=0.0)
+        cand = _Candidate()
+        score = 0.0  # the plan's so far (cand.score once it is done)
         cum = _cumulative_weights(o.decay, W)
         full = (1 << c.gpus) - 1
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
@@ -602,9 +610,10 @@ class Gpuroster:
 
         def hold(j: _Job, k: int, end: int, start: int, value: float,
                  traded: bool = False) -> None:
+            nonlocal score
             size = j.size
             m = ((1 << size) - 1) << start
-            occ[k:end] = map(m.__or__, occ[k:end])  # (C-level loops: this runs per job)
+            occ[k:end] = [x | m for x in occ[k:end]]  # (faster than a map of m.__or__)
             if traded:  # over the services' curve somewhere: note what it takes from them
                 for t in range(k, end):
                     if slack[t] < size:
@@ -627,7 +636,7 @@ class Gpuroster:
             if k and j.name in starving:
                 ahead.append((k, m))
             placed_jobs.append((j.name, k, start, size, traded))
-            cand.score += value
+            score += value
             done.add(j.name)
         # Jobs that find no room inside the horizon still get a reservation
         # further out (R steps), so smaller work backfills around them, not over them.
@@ -653,6 +662,7 @@ class Gpuroster:
         done: set[str] = set()
         for phase, (jobs, limit, trading) in enumerate(passes):
             final = phase == len(passes) - 1
+            trading = trading and bool(shortable)
             # Nor does the room kept for running jobs' overruns hold them back: a newcomer
             # that ends just before their start would, by its overrun step, push them back
             # a step at every re-plan. (If it does overrun, their start slips then.)
@@ -685,12 +695,11 @@ class Gpuroster:
                     continue
                 skip = bool(failed) and any(size >= fs and d >= fd and not allow & ~fa
                                             for fs, fd, fa in failed)
-                tradable = (trading and bool(shortable)
-                            and q.priority > untraded.get(shape, -math.inf))
+                tradable = trading and q.priority > untraded.get(shape, -math.inf)
                 if skip and not tradable:
                     if final:
                         left -= reach
-                        if cand.score + left < bar:
+                        if score + left < bar:
                             return None
                     continue
                 placed = False
@@ -701,16 +710,18 @@ class Gpuroster:
                     end = k + d if k + d < W else W
                     # A step where the services' curve leaves too little room for this job
                     # rules out every start whose run covers it: on past them.
-                    if min(slack[k:end]) < size:
-                        if type(slack) is bytearray:  # to the first start clear of them
-                            if size not in too_full:
-                                too_full[size] = slack.translate(_below(size))
-                            k = _clear_from(too_full[size], k, d)
-                        else:  # past the last of them in this run
-                            t = end - 1
-                            while slack[t] >= size:
-                                t -= 1
-                            k = t + 1
+                    if type(slack) is bytearray:
+                        bad = too_full.get(size)
+                        if bad is None:
+                            bad = too_full[size] = slack.translate(_below(size))
+                        if bad.find(1, k, end) >= 0:
+                            k = _clear_from(bad, k, d)  # the first start clear of them
+                            continue
+                    elif min(slack[k:end]) < size:
+                        t = end - 1  # past the last of them in this run
+                        while slack[t] >= size:
+                            t -= 1
+                        k = t + 1
                         continue
                     free = allow & ~reduce(or_, occ[k:end], 0)
                     free &= ~locked[k]
@@ -746,8 +757,8 @@ class Gpuroster:
                     # Or now, over the services' curve, if that is worth more net of
                     # the shortfall: taken with `sooner`, else only noted in `met`.
                     if (k and tradable and (sooner or (met is not None and not met))
-                            and not _trade_loses(worth * cum[d], size - max(0, slack[0]),
-                                                 price_floor, later)
+                            and not _trade_loses(reach, size - max(0, slack[0]), price_floor,
+                                                 later)
                             and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
                             and blocks.start_positions(free_now, size, c)):
                         swap = _trade(q, 0, d, allow, occ, slack, short,
@@ -795,7 +806,7 @@ class Gpuroster:
                         untraded[shape] = q.priority
                 if placed or final:
                     left -= reach
-                    if cand.score + left < bar:
+                    if score + left < bar:
                         return None
             if unguarded:
                 if type(slack) is bytearray:
@@ -805,6 +816,7 @@ class Gpuroster:
                 else:
                     for t in range(W):
                         slack[t] -= unguarded[t]
+        cand.score = score
         return cand
 
 

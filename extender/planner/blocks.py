@@ -124,6 +124,9 @@ def best_fit(starts: int, size: int, free: int, c: model.Cluster) -> int:
     if size >= g:
         return (starts & -starts).bit_length() - 1
     aligned = _aligned_offsets(g, size)
+    if c.nodes == 1:  # one node: only the offset to choose
+        pick = starts & aligned or starts
+        return (pick & -pick).bit_length() - 1
     if g == 8 and c.nodes <= 16:
         # The same look, a byte a node: every node is a candidate at this size.
         here_of = starts.to_bytes(c.nodes, "little")
