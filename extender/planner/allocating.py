@@ -317,7 +317,7 @@ class Gpuroster:
         # By name: every order below sorts stably, so ties go by name and the plan does not
         # depend on how the caller listed the jobs (the simulator as its file does, the
         # controller by arrival and name).
-        queue = sorted(inp.queued, key=lambda q: q.name)
+        queue = sorted(inp.queued, key=_BY_NAME)
         longest = max((q.estimate_steps for q in queue), default=1)
         W = min(int(H * o.reserve_factor) + longest, H + o.lookahead_cap)
 
@@ -329,7 +329,7 @@ class Gpuroster:
         for r in inp.running:
             end = min(r.expected_end(now) - now, W)  # at least 1
             m = r.block.mask
-            occ[:end] = map(m.__or__, occ[:end])
+            occ[:end] = [x | m for x in occ[:end]]
             for k in range(end, min(end + o.overrun_guard, W)):
                 overrun[k] += r.gpus
 
@@ -351,7 +351,7 @@ class Gpuroster:
 
         starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
-        starving.sort(key=lambda q: q.arrival_step)
+        starving.sort(key=_ARRIVAL)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()
         # Trying several orders pays on small queues; on long ones one pass is the budget.
@@ -415,7 +415,7 @@ class Gpuroster:
         queues.sort(key=lambda x: x[0] != self._last_winner)
         # The room as bytes where every step's fits in one (with the room kept for running
         # jobs' overruns too, which starving jobs may use): `_place` searches it fast.
-        packed = _packed(slack) if max(slack) + max(overrun) <= 255 else None
+        packed = _packed(slack, max(overrun))
         frame = _Frame(c, W, R, occ, slack, packed, locked, shrunk,
                        overrun if inp.services else None, guard, ceiling, groups, shortable,
                        starved, drain)
@@ -756,10 +756,11 @@ class Gpuroster:
                     later = worth * (cum[end] - cum[k])
                     # Or now, over the services' curve, if that is worth more net of
                     # the shortfall: taken with `sooner`, else only noted in `met`.
+                    # (Cheapest test first: on a busy cluster few GPUs are free at step now.)
                     if (k and tradable and (sooner or (met is not None and not met))
+                            and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
                             and not _trade_loses(reach, size - max(0, slack[0]), price_floor,
                                                  later)
-                            and (free_now := allow & ~occ[0] & ~locked[0]).bit_count() >= size
                             and blocks.start_positions(free_now, size, c)):
                         swap = _trade(q, 0, d, allow, occ, slack, short,
                                       locked[0] | before_ahead(d, margin), shortable, c,
@@ -820,9 +821,10 @@ class Gpuroster:
         return cand
 
 
-def _packed(room: list[int]) -> bytearray | None:
-    """`room` as bytes, a step's room below 0 as 0; None when some step's is above 255."""
-    if max(room, default=0) > 255:
+def _packed(room: list[int], more: int = 0) -> bytearray | None:
+    """`room` as bytes, a step's room below 0 as 0; None when some step's (with `more`) is
+    above 255."""
+    if max(room, default=0) + more > 255:
         return None
     return bytearray(room if min(room, default=0) >= 0 else (x if x > 0 else 0 for x in room))
 
@@ -979,16 +981,34 @@ def _packed_room(bad: bytearray, R: int) -> int:
     return longest
 
 
+_BY_NAME = operator.attrgetter("name")
+_PRIORITY = operator.attrgetter("priority")
+_GPUS = operator.attrgetter("gpus")
+_ESTIMATE = operator.attrgetter("estimate_steps")
+_ARRIVAL = operator.attrgetter("arrival_step")
+
+
+def _by(queue: list[model.QueuedJob],
+        *keys: tuple[operator.attrgetter[int | float], bool]) -> list[model.QueuedJob]:
+    """`queue` by `keys` (a field, whether descending), the first deciding most: one stable
+    sort a key, the last key first (as one sort by the tuple of keys, but each key read
+    in C instead of a tuple built per job: half the time on a deep queue)."""
+    out = list(queue)
+    for key, descending in reversed(keys):
+        out.sort(key=key, reverse=descending)  # (stable, also reversed)
+    return out
+
+
 def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
     """`queue` in `order`; the sorts are stable, so ties keep the queue's order."""
     if order == "priority":
-        return sorted(queue, key=lambda q: (-q.priority, q.arrival_step))
+        return _by(queue, (_PRIORITY, True), (_ARRIVAL, False))
     if order == "priority-size":
-        return sorted(queue, key=lambda q: (-q.priority, -q.gpus, q.arrival_step))
+        return _by(queue, (_PRIORITY, True), (_GPUS, True), (_ARRIVAL, False))
     if order == "priority-short":
-        return sorted(queue, key=lambda q: (-q.priority, q.estimate_steps, q.arrival_step))
+        return _by(queue, (_PRIORITY, True), (_ESTIMATE, False), (_ARRIVAL, False))
     if order == "priority-long":
-        return sorted(queue, key=lambda q: (-q.priority, -q.estimate_steps, q.arrival_step))
+        return _by(queue, (_PRIORITY, True), (_ESTIMATE, True), (_ARRIVAL, False))
     if order == "reach":
         # Wide, valuable work first: a 32-GPU job of priority 1 goes before a 4-GPU
         # job of priority 2 (in scale-test, the plan that does so wins, and no
@@ -1003,7 +1023,7 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
         return sorted(queue, key=lambda q: (
             -q.priority * q.priority * q.gpus * math.sqrt(q.estimate_steps), q.arrival_step))
     if order == "arrival":
-        return sorted(queue, key=lambda q: q.arrival_step)
+        return sorted(queue, key=_ARRIVAL)
     if order == "value-density":
         return sorted(queue, key=lambda q: (-q.priority * q.gpus, q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
