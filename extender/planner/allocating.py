@@ -405,9 +405,11 @@ class Gpuroster:
                             for v in inp.services), key=lambda x: x[0])
         queues: list[tuple[int, list[_Job], str]] = []
         orders: dict[str, list[_Job]] = {}  # (the modes' passes share "priority")
+        first = [jobs[q.name] for q in starving]
+        others = [jobs[q.name] for q in rest]
         for i, (order, mode) in enumerate(passes):
             if order not in orders:
-                orders[order] = [jobs[q.name] for q in starving + _ordered(rest, order)]
+                orders[order] = first + _ordered(others, order)
             key = (mode, *map(_NAME, orders[order]))
             if key not in seen:
                 seen.add(key)
@@ -982,14 +984,16 @@ def _packed_room(bad: bytearray, R: int) -> int:
 
 
 _BY_NAME = operator.attrgetter("name")
-_PRIORITY = operator.attrgetter("priority")
-_GPUS = operator.attrgetter("gpus")
-_ESTIMATE = operator.attrgetter("estimate_steps")
 _ARRIVAL = operator.attrgetter("arrival_step")
+# (A _Job's fields in its queued job, for `_ordered`.)
+_PRIORITY = operator.attrgetter("q.priority")
+_GPUS = operator.attrgetter("q.gpus")
+_ESTIMATE = operator.attrgetter("q.estimate_steps")
+_ARRIVED = operator.attrgetter("q.arrival_step")
 
 
-def _by(queue: list[model.QueuedJob],
-        *keys: tuple[operator.attrgetter[int | float], bool]) -> list[model.QueuedJob]:
+def _by(queue: list[_Job],
+        *keys: tuple[operator.attrgetter[int | float], bool]) -> list[_Job]:
     """`queue` by `keys` (a field, whether descending), the first deciding most: one stable
     sort a key, the last key first (as one sort by the tuple of keys, but each key read
     in C instead of a tuple built per job: half the time on a deep queue)."""
@@ -999,16 +1003,16 @@ def _by(queue: list[model.QueuedJob],
     return out
 
 
-def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
+def _ordered(queue: list[_Job], order: str) -> list[_Job]:
     """`queue` in `order`; the sorts are stable, so ties keep the queue's order."""
     if order == "priority":
-        return _by(queue, (_PRIORITY, True), (_ARRIVAL, False))
+        return _by(queue, (_PRIORITY, True), (_ARRIVED, False))
     if order == "priority-size":
-        return _by(queue, (_PRIORITY, True), (_GPUS, True), (_ARRIVAL, False))
+        return _by(queue, (_PRIORITY, True), (_GPUS, True), (_ARRIVED, False))
     if order == "priority-short":
-        return _by(queue, (_PRIORITY, True), (_ESTIMATE, False), (_ARRIVAL, False))
+        return _by(queue, (_PRIORITY, True), (_ESTIMATE, False), (_ARRIVED, False))
     if order == "priority-long":
-        return _by(queue, (_PRIORITY, True), (_ESTIMATE, True), (_ARRIVAL, False))
+        return _by(queue, (_PRIORITY, True), (_ESTIMATE, True), (_ARRIVED, False))
     if order == "reach":
         # Wide, valuable work first: a 32-GPU job of priority 1 goes before a 4-GPU
         # job of priority 2 (in scale-test, the plan that does so wins, and no
@@ -1020,12 +1024,13 @@ def _ordered(queue: list[model.QueuedJob], order: str) -> list[model.QueuedJob]:
         # shortest-first, with ties by name: +0.9% value on average there (29 better,
         # 10 worse, worst -3.7%); on 60 others (seeds 200-214) +0.6% (29 better, 13
         # worse, worst -9.7%); the top priority's mean wait +0.25 step on both.
-        return sorted(queue, key=lambda q: (
-            -q.priority * q.priority * q.gpus * math.sqrt(q.estimate_steps), q.arrival_step))
+        return sorted(queue, key=lambda j: (
+            -j.q.priority * j.q.priority * j.q.gpus * math.sqrt(j.q.estimate_steps),
+            j.q.arrival_step))
     if order == "arrival":
-        return sorted(queue, key=_ARRIVAL)
+        return sorted(queue, key=_ARRIVED)
     if order == "value-density":
-        return sorted(queue, key=lambda q: (-q.priority * q.gpus, q.arrival_step))
+        return sorted(queue, key=lambda j: (-j.q.priority * j.q.gpus, j.q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
 
 
