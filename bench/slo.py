@@ -20,7 +20,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from extender import scenarios
@@ -35,7 +35,13 @@ from extender.planner import (
 )
 
 OBJECTIVES = (0.95, 0.99, 0.999)
-SHIFT_HOURS = 0.0  # the timing tolerance of the `timed` row: off (the default is 3 h)
+# gpuroster at 0.99 with one default turned off, to show what it adds: (label, its
+# `allocating.Options`, plot marker and colour).
+ABLATIONS: tuple[tuple[str, dict[str, object], str, str], ...] = (
+    ("no timing tolerance", {"shift_hours": 0.0}, "*", "tab:green"),  # `Options.shift_hours`
+    ("no spare replicas", {"spare_fill": False}, "D", "tab:orange"),  # `Options.spare_fill`
+    ("no stand-in history", {"stand_in_hours": 0.0}, "v", "tab:purple"),  # `.stand_in_hours`
+)
 SL_SLACK = 0.5  # points below fifo's service level that count as a violation
 
 
@@ -49,11 +55,8 @@ class Outcome:
     # gpuroster as before issue 25: no headroom (an objective no forecast misses), no timing
     # tolerance, no spare replicas
     bare: metrics.Metrics
-    # gpuroster at 0.99 without the peak's timing tolerance (`Options.shift_hours`, 3 h by
-    # default): what the default gains by it
-    timed: metrics.Metrics | None = None
-    # gpuroster at 0.99 without spare replicas (`Options.spare_fill`): what they add
-    unspared: metrics.Metrics | None = None
+    # gpuroster at 0.99 with each of `ABLATIONS` (by label)
+    ablated: dict[str, metrics.Metrics] = field(default_factory=dict)
 
 
 def with_objective(s: model.Scenario, objective: float) -> model.Scenario:
@@ -72,10 +75,10 @@ def run(instances: list[tuple[str, model.Scenario]]) -> list[Outcome]:
         g = {o: measure(with_objective(s, o), "gpuroster") for o in OBJECTIVES}
         bare = measure(s, allocating.Gpuroster(service_level=1e-9, shift_hours=0.0,
                                                spare_fill=False))
-        timed = measure(with_objective(s, 0.99), allocating.Gpuroster(shift_hours=SHIFT_HOURS))
-        unspared = measure(with_objective(s, 0.99), allocating.Gpuroster(spare_fill=False))
+        ablated = {label: measure(with_objective(s, 0.99), allocating.Gpuroster(**options))
+                   for label, options, _, _ in ABLATIONS}
         out.append(Outcome(s.name, kind, measure(s, "fifo"), measure(s, "priority-easy"), g,
-                           bare, timed, unspared))
+                           bare, ablated))
     return out
 
 
@@ -107,22 +110,18 @@ def table(outcomes: list[Outcome], title: str) -> str:
     row("gpuroster, before", [o.bare for o in outcomes])
     for obj in OBJECTIVES:
         row(f"gpuroster @ {obj:g}", [o.gpuroster[obj] for o in outcomes])
-    timed = [o.timed for o in outcomes]
-    if all(m is not None for m in timed):
-        row(f"gpuroster @0.99, {SHIFT_HOURS:g} h", [m for m in timed if m is not None])
-    unspared = [o.unspared for o in outcomes]
-    if all(m is not None for m in unspared):
-        row("gpuroster @0.99, no spare", [m for m in unspared if m is not None])
+    for label, _, _, _ in ABLATIONS:
+        if all(label in o.ablated for o in outcomes):
+            row(f"@0.99, {label}", [o.ablated[label] for o in outcomes])
     return "\n".join(lines)
 
 
-def per_kind(outcomes: list[Outcome], objective: float, timed: bool = False) -> str:
-    label = f"gpuroster @ {objective:g}" + (", no timing tolerance" if timed else "")
+def per_kind(outcomes: list[Outcome], objective: float, ablation: str | None = None) -> str:
+    label = f"gpuroster @ {objective:g}" + (f", {ablation}" if ablation else "")
     lines = [f"by kind, {label}: SL mean (fifo), value vs fifo, violations"]
     for kind in sorted({o.kind for o in outcomes}):
         os_ = [o for o in outcomes if o.kind == kind]
-        g = [o.timed if timed and o.timed is not None else o.gpuroster[objective]
-             for o in os_]
+        g = [o.ablated[ablation] if ablation else o.gpuroster[objective] for o in os_]
         bad = sum(_sl(m) < _sl(o.fifo) - SL_SLACK for m, o in zip(g, os_, strict=True))
         lines.append(
             f"  {kind:8s} n={len(os_):3d}  SL {statistics.mean(_sl(m) for m in g):6.2f} "
@@ -155,18 +154,13 @@ def plot(outcomes: list[Outcome], path: Path) -> Path:
         xs.append(statistics.mean(_gain(m, o.fifo) for m, o in zip(g, outcomes, strict=True)))
         ys.append(statistics.mean(_sl(m) for m in g))
     ax.plot(xs, ys, "o-", color="tab:blue", label="gpuroster (objective)")
-    timed = [o.timed for o in outcomes]
-    if all(m is not None for m in timed):
-        ax.scatter([statistics.mean(_gain(m, o.fifo) for m, o in zip(timed, outcomes, strict=True)
-                                    if m is not None)],
-                   [statistics.mean(_sl(m) for m in timed if m is not None)], marker="*", s=120,
-                   color="tab:green", label="gpuroster @ 0.99, no peak timing tolerance")
-    unspared = [o.unspared for o in outcomes]
-    if all(m is not None for m in unspared):
-        ax.scatter([statistics.mean(_gain(m, o.fifo) for m, o in
-                                    zip(unspared, outcomes, strict=True) if m is not None)],
-                   [statistics.mean(_sl(m) for m in unspared if m is not None)], marker="D",
-                   color="tab:orange", label="gpuroster @ 0.99, no spare replicas")
+    for label, _, marker, colour in ABLATIONS:
+        if all(label in o.ablated for o in outcomes):
+            ms = [o.ablated[label] for o in outcomes]
+            ax.scatter([statistics.mean(_gain(m, o.fifo) for m, o in
+                                        zip(ms, outcomes, strict=True))],
+                       [statistics.mean(_sl(m) for m in ms)], marker=marker, s=80,
+                       color=colour, label=f"gpuroster @ 0.99, {label}")
     for x, y, obj in zip(xs, ys, OBJECTIVES, strict=True):
         ax.annotate(f"{obj:g}", (x, y), textcoords="offset points", xytext=(6, -10))
     ax.set_xlabel("value vs fifo, mean over instances (%)")
@@ -214,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(family_out, "wrong-forecast family"))
     print()
     print(per_kind(family_out, 0.99))
-    print(per_kind(family_out, 0.99, timed=True))
+    print(per_kind(family_out, 0.99, ABLATIONS[0][0]))
     print()
     print(table(shipped_out, "the seven scenarios"))
     print()

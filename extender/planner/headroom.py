@@ -72,6 +72,45 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
     return [math.ceil(min(share * (x if x > floor else floor), gpus) - 1e-9) for x in forecast]
 
 
+def stand_in(forecast: Sequence[int], half: int) -> tuple[list[int], list[int]]:
+    """A history to size headroom on before a service has one of its own: (demand,
+    forecast) pairs whose error is the forecast's own jitter, its departures from its
+    running median over `half` steps each side, x sqrt(2).
+
+    A forecast that jumps step to step is a copy of past demand (the same hours a day
+    or a week earlier, the operator's usual one), and the noise it copied is the size
+    of the noise today brings. A smooth forecast (a model's: it rises and falls, but
+    never zigzags, `_jitters`) has none, and no headroom comes of it."""
+    f = list(forecast)
+    if half <= 0 or not _jitters(f):
+        return f, f
+    level = _median(f, half)
+    # Today's error is today's noise less the noise the forecast copied: two draws, so
+    # sqrt(2) times the spread of the one the forecast shows.
+    return ([max(0, round(b + math.sqrt(2.0) * (a - b))) for a, b in zip(f, level, strict=True)],
+            level)
+
+
+def _jitters(f: list[int]) -> bool:
+    """Whether the forecast zigzags somewhere: three moves in a row, each the other way
+    (up, down, up or down, up, down). A daily shape rises and falls, a single-step peak
+    included; copied noise turns at every other step."""
+    d = [b - a for a, b in zip(f, f[1:], strict=False)]
+    return any(x * y < 0 and y * z < 0 for x, y, z in zip(d, d[1:], d[2:], strict=False))
+
+
+def _median(f: list[int], half: int) -> list[int]:
+    """The running median over `half` steps each side (fewer near the ends, as many on
+    each side: the ends are their own level, not their neighbours')."""
+    n = len(f)
+    out = []
+    for i in range(n):
+        h = min(half, i, n - 1 - i)
+        near = sorted(f[i - h:i + h + 1])
+        out.append(near[h])
+    return out
+
+
 def smallest(demand: Sequence[float], forecast: Sequence[float], unit: Sequence[float],
              candidates: Sequence[float], objective: float) -> float:
     """The smallest of the positive `candidates` c for which the forecast raised by

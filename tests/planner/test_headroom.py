@@ -117,6 +117,61 @@ def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
     assert ours.value >= fifo.value
 
 
+# --- before a service has history: its forecast's own jitter stands in for it ---
+
+
+def test_a_smooth_forecast_stands_in_for_nothing() -> None:
+    # A model's forecast (monotone runs, plateaus, a peak of one step or two): no zigzag,
+    # so the stand-in history's demand is its forecast and no headroom comes of it.
+    for smooth in (DAY, [0, 0, 1, 2, 4, 4, 2, 1, 0, 0], [3] * 12, [2, 4, 6, 2, 2] * 3):
+        demand, told = headroom.stand_in(smooth, 2)
+        assert demand == told == smooth
+    assert headroom.stand_in([1, 5, 1, 5], 0) == ([1, 5, 1, 5], [1, 5, 1, 5])  # off
+
+
+def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
+    # Yesterday's demand copied as today's forecast: a burst of two steps and noise that
+    # zigzags over a level of 4. Against its median over two steps each side, the burst and
+    # the jumps are the error, x sqrt(2) (today's noise less yesterday's); where it is
+    # flat, none.
+    told = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3, 4, 4]
+    demand, level = headroom.stand_in(told, 2)
+    assert level == [4] * 14
+    assert demand == [4, 5, 4, 5, 4, 4, 4, 10, 10, 4, 4, 3, 4, 4]
+    room = headroom.curve([4] * 14, demand, level, 0.99)
+    assert room == [6] * 14  # the burst, 2 x 6 of 69 GPU-steps, is more than 1% of them
+
+
+def _fresh(told: list[int]) -> model.ServiceState:
+    return model.ServiceState("chat", 5.0, 8, tuple(told * 2), service_level=0.99)
+
+
+def test_until_a_day_is_seen_the_stand_in_fills_the_window() -> None:
+    jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3]
+    jittery += jittery
+    told = jittery * 2
+    fresh = allocating.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
+    assert min(fresh) > 0
+    assert allocating.service_room(_fresh(jittery), told, 0.99, 24) == [0] * 48  # off
+    smooth = DAY * 2
+    assert allocating.service_room(_fresh(smooth), smooth * 2, 0.99, 24, stand_in=2) == [0] * 48
+    # A day of its own history, the forecast right all day: the stand-in is gone.
+    seen = replace(_fresh(jittery), past_demand=tuple(jittery), past_forecast=tuple(jittery))
+    assert allocating.service_room(seen, told, 0.99, 24, stand_in=2) == [0] * 48
+
+
+def test_the_stand_in_costs_nothing_on_the_exact_forecast_files() -> None:
+    from extender import scenarios
+
+    for name in scenarios.builtin_names():
+        s = scenarios.load(scenarios.builtin_dir() / f"{name}.yaml")
+        if name == "forecast-error":
+            continue  # its forecast is wrong on purpose (and jitters on day 2)
+        on = simulating.simulate(s, allocating.Gpuroster()).grid
+        off = simulating.simulate(s, allocating.Gpuroster(stand_in_hours=0.0)).grid
+        assert (on == off).all(), name
+
+
 # --- the peak's timing: a forecast dilated until the demand shows when the peak comes ---
 
 
