@@ -82,7 +82,7 @@ def stand_in(forecast: Sequence[int], half: int) -> tuple[list[int], list[int]]:
     of the noise today brings. A smooth forecast (a model's: it rises and falls, but
     never zigzags, `_jitters`) has none, and no headroom comes of it."""
     f = list(forecast)
-    if half <= 0 or not _jitters(f):
+    if half <= 0 or not _jitters(f[:_period(f)]):
         return f, f
     level = _median(f, half)
     # Today's error is today's noise less the noise the forecast copied: two draws, so
@@ -97,6 +97,17 @@ def _jitters(f: list[int]) -> bool:
     included; copied noise turns at every other step."""
     d = [b - a for a, b in zip(f, f[1:], strict=False)]
     return any(x * y < 0 and y * z < 0 for x, y, z in zip(d, d[1:], d[2:], strict=False))
+
+
+def _period(f: list[int]) -> int:
+    """The shortest p in which `f` repeats (f[k + p] == f[k] throughout, p at most half
+    of it), else its length: a short curve written out again and again (a test's, or a
+    pattern of a few steps) turns where one copy meets the next, which is no noise."""
+    n = len(f)
+    for p in range(1, n // 2 + 1):
+        if f[p:] == f[:n - p]:
+            return p
+    return n
 
 
 def _median(f: list[int], half: int) -> list[int]:
