@@ -237,9 +237,10 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     sd: list[int] = []
     sf: list[int] = []
     if stand_in and n < error_window:
-        sd, sf = headroom.stand_in(forecast[:error_window - n], stand_in)
-        if sd == sf:  # a smooth forecast stands in for nothing: the plans of before
-            sd, sf = [], []
+        # Whether the forecast is a copy is read on the forecast the service was told
+        # (`forecast` continues it past its end, flat or by the day, and would add turns).
+        sd, sf = headroom.stand_in(forecast, stand_in, error_window - n,
+                                   min(2 * error_window, len(v.forecast)), timing_window)
     early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
     if not (early or late or n or sd):
         return [0] * len(forecast)

@@ -72,22 +72,32 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
     return [math.ceil(min(share * (x if x > floor else floor), gpus) - 1e-9) for x in forecast]
 
 
-def stand_in(forecast: Sequence[int], half: int) -> tuple[list[int], list[int]]:
-    """A history to size headroom on before a service has one of its own: (demand,
-    forecast) pairs whose error is the forecast's own jitter, its departures from its
-    running median over `half` steps each side, x sqrt(2).
+def stand_in(forecast: Sequence[int], half: int, count: int, look: int,
+             day: int) -> tuple[list[int], list[int]]:
+    """A history of `count` steps to size headroom on before a service has one of its
+    own: (demand, forecast) pairs for the first `count` steps of `forecast` whose error
+    is the forecast's own jitter, its departures from its running median over `half`
+    steps each side, x sqrt(2); ([], []) when it has none.
 
-    A forecast that jumps step to step is a copy of past demand (the same hours a day
-    or a week earlier, the operator's usual one), and the noise it copied is the size
-    of the noise today brings. A smooth forecast (a model's: it rises and falls, but
-    never zigzags, `_jitters`) has none, and no headroom comes of it."""
-    f = list(forecast)
-    if half <= 0 or not _jitters(f[:_period(f)]):
-        return f, f
-    level = _median(f, half)
+    A forecast that zigzags is a copy of past demand (the same hours a day or a week
+    earlier, the operator's usual one), and the noise it copied is the size of the
+    noise today brings. A forecast that never zigzags within the pattern it repeats
+    over its first `look` steps (a model's: it rises and falls) has none, and no
+    headroom comes of it; nor has a pattern shorter than a `day` written out again and
+    again (an operator's curve of a few steps: a copy of a day's demand does not repeat
+    within the day). (The look does not shrink with `count`: whether the forecast is a
+    copy does not hang on how much history the service has.)"""
+    if half <= 0 or count <= 0:
+        return [], []
+    seen = list(forecast[:look])
+    period = _period(seen)
+    if period < day or not _jitters(seen[:period]):
+        return [], []
+    f = list(forecast[:count + half])
+    level = _median(f, half)[:count]
     # Today's error is today's noise less the noise the forecast copied: two draws, so
     # sqrt(2) times the spread of the one the forecast shows.
-    return ([max(0, round(b + math.sqrt(2.0) * (a - b))) for a, b in zip(f, level, strict=True)],
+    return ([max(0, round(b + math.sqrt(2.0) * (a - b))) for a, b in zip(f, level, strict=False)],
             level)
 
 
@@ -101,8 +111,7 @@ def _jitters(f: list[int]) -> bool:
 
 def _period(f: list[int]) -> int:
     """The shortest p in which `f` repeats (f[k + p] == f[k] throughout, p at most half
-    of it), else its length: a short curve written out again and again (a test's, or a
-    pattern of a few steps) turns where one copy meets the next, which is no noise."""
+    of it), else its length."""
     n = len(f)
     for p in range(1, n // 2 + 1):
         if f[p:] == f[:n - p]:

@@ -122,14 +122,16 @@ def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
 
 def test_a_smooth_forecast_stands_in_for_nothing() -> None:
     # A model's forecast (monotone runs, plateaus, a peak of one step or two): no zigzag,
-    # so the stand-in history's demand is its forecast and no headroom comes of it.
-    # A short pattern written out again and again turns where one copy meets the next:
-    # not noise either.
-    for smooth in (DAY, [0, 0, 1, 2, 4, 4, 2, 1, 0, 0], [3] * 12, [2, 4, 6, 2, 2] * 3,
-                   [1, 5, 5, 2, 2, 6] * 4, [1, 2, 3] * 8, [2, 4] * 12):
-        demand, told = headroom.stand_in(smooth, 2)
-        assert demand == told == smooth
-    assert headroom.stand_in([1, 5, 1, 5], 0) == ([1, 5, 1, 5], [1, 5, 1, 5])  # off
+    # so no stand-in history and no headroom of it.
+    # A pattern shorter than a day written out again and again turns where one copy meets
+    # the next: not noise either.
+    for smooth in (DAY * 2, [0, 0, 1, 2, 4, 4, 2, 1, 0, 0] * 2, [3] * 12, [2, 4, 6, 2, 2] * 5,
+                   [1, 5, 5, 2, 2, 6] * 8, [1, 2, 3] * 16, [2, 4] * 24):
+        for count in (1, 5, 12):
+            assert headroom.stand_in(smooth, 2, count, 24, 12) == ([], []), (smooth, count)
+    jittery = [1, 5, 1, 5] * 6
+    assert headroom.stand_in(jittery, 0, 12, 24, 12) == ([], [])  # off
+    assert headroom.stand_in(jittery, 2, 0, 24, 12) == ([], [])  # a day seen: none wanted
 
 
 def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
@@ -138,11 +140,15 @@ def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
     # the jumps are the error, x sqrt(2) (today's noise less yesterday's); where it is
     # flat, none.
     told = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3, 4, 4]
-    demand, level = headroom.stand_in(told, 2)
+    demand, level = headroom.stand_in(told, 2, 14, 28, 14)
     assert level == [4] * 14
     assert demand == [4, 5, 4, 5, 4, 4, 4, 10, 10, 4, 4, 3, 4, 4]
     room = headroom.curve([4] * 14, demand, level, 0.99)
     assert room == [6] * 14  # the burst, 2 x 6 of 69 GPU-steps, is more than 1% of them
+    # The first steps only, their level read with the steps after them in view.
+    assert headroom.stand_in(told, 2, 4, 28, 14) == ([4, 5, 4, 5], [4, 4, 4, 4])
+    # Whether it is a copy does not hang on how many steps are wanted.
+    assert headroom.stand_in(told, 2, 1, 28, 14) == ([4], [4])
 
 
 def _fresh(told: list[int]) -> model.ServiceState:
@@ -150,8 +156,7 @@ def _fresh(told: list[int]) -> model.ServiceState:
 
 
 def test_until_a_day_is_seen_the_stand_in_fills_the_window() -> None:
-    jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3]
-    jittery += jittery
+    jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
     told = jittery * 2
     fresh = allocating.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
     assert min(fresh) > 0
@@ -161,6 +166,20 @@ def test_until_a_day_is_seen_the_stand_in_fills_the_window() -> None:
     # A day of its own history, the forecast right all day: the stand-in is gone.
     seen = replace(_fresh(jittery), past_demand=tuple(jittery), past_forecast=tuple(jittery))
     assert allocating.service_room(seen, told, 0.99, 24, stand_in=2) == [0] * 48
+
+
+def test_a_curve_repeated_and_continued_flat_stands_in_for_nothing() -> None:
+    # The controller writes an explicit curve of a few steps out over two horizons; the
+    # plan continues it past that, flat where a day is longer than what it was told. The
+    # turn where the copies meet the flat tail is not noise: no headroom over the
+    # timing tolerance's.
+    # (The pattern itself turns up, down, up where one copy meets the next, at any phase.)
+    curve = [1, 5, 5, 2, 2, 6]
+    for phase in range(6):
+        v = model.ServiceState("chat", 5.0, 2, tuple(curve[(phase + k) % 6] for k in range(48)))
+        told = allocating.forecast_curve(v, 200, 43200)
+        on = allocating.service_room(v, told, 0.99, 43200, 3, 43200, 1.0, stand_in=3600)
+        assert on == allocating.service_room(v, told, 0.99, 43200, 3, 43200, 1.0), phase
 
 
 def test_the_stand_in_costs_nothing_on_the_exact_forecast_files() -> None:
