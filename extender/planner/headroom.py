@@ -27,6 +27,7 @@ was told (a scenario's, an explicit demand curve, or `forecasting.forecast`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from collections.abc import Sequence
@@ -113,21 +114,33 @@ def _period(f: list[int]) -> int:
     """The shortest p in which `f` repeats (f[k + p] == f[k] throughout, p at most half
     of it), else its length."""
     n = len(f)
+    first = f[0] if f else None
     for p in range(1, n // 2 + 1):
-        if f[p:] == f[:n - p]:
+        if f[p] == first and f[p:] == f[:n - p]:  # (the first look spares most copies)
             return p
     return n
 
 
 def _median(f: list[int], half: int) -> list[int]:
     """The running median over `half` steps each side (fewer near the ends, as many on
-    each side: the ends are their own level, not their neighbours')."""
+    each side: the ends are their own level, not their neighbours').
+
+    The window is kept sorted as it slides (both its ends only move forward), so a day
+    of minute steps with two hours each side is a bisection and a shift a step, not a
+    sort of 241 numbers."""
     n = len(f)
     out = []
+    window: list[int] = []
+    lo = hi = 0  # window == sorted(f[lo:hi])
     for i in range(n):
         h = min(half, i, n - 1 - i)
-        near = sorted(f[i - h:i + h + 1])
-        out.append(near[h])
+        while hi < i + h + 1:
+            bisect.insort(window, f[hi])
+            hi += 1
+        while lo < i - h:
+            del window[bisect.bisect_left(window, f[lo])]
+            lo += 1
+        out.append(window[h])
     return out
 
 

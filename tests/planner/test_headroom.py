@@ -335,3 +335,21 @@ def test_spare_gpus_make_way_for_a_planned_job_in_time() -> None:
         assert not after.service_gpus["chat"] & block, (spare, after.service_gpus, block)
         starts[spare] = after.planned_start["next"]
     assert starts[True] == starts[False]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_running_median_and_the_period_are_their_plain_definitions(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        f = [int(x) for x in rng.integers(0, 6, int(rng.integers(0, 40)))]
+        half = int(rng.integers(0, 8))
+        plain = []
+        for i in range(len(f)):
+            h = min(half, i, len(f) - 1 - i)
+            plain.append(sorted(f[i - h:i + h + 1])[h])
+        assert headroom._median(f, half) == plain
+        g = f[:int(rng.integers(1, 7))] * int(rng.integers(1, 5)) + f[:int(rng.integers(0, 3))]
+        for h_ in (f, g):
+            n = len(h_)
+            assert headroom._period(h_) == next(
+                (p for p in range(1, n // 2 + 1) if h_[p:] == h_[:n - p]), n)
