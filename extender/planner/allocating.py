@@ -234,7 +234,7 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand
     # The stand-in history, when the service's own is short of a window.
-    n = min(len(pd), len(pf)) if pd and pf else 0
+    n = min(len(pd), len(pf))
     sd: list[int] = []
     sf: list[int] = []
     if stand_in and n < error_window:
