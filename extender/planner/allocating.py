@@ -229,18 +229,22 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     learned over `timing_window` steps once `evidence` says when the peak comes), and
     headroom for the recent error against that (`headroom.curve`) at the service's
     objective (or `service_level` when it sets none). Until the service has
-    `error_window` steps of history, the forecast's own jitter (`headroom.stand_in`,
-    a running median over `stand_in` steps each side; 0: none) fills the rest."""
+    twice `error_window` steps of history, the forecast's own jitter
+    (`headroom.stand_in`, a running median over `stand_in` steps each side; 0: none)
+    tops it up to that, and the headroom is sized on all of it."""
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand
-    # The stand-in history, when the service's own is short of a window.
+    # The stand-in history, when the service's own is short of two windows: a window of
+    # its own error is a window's worth of draws of the largest error, and the jitter
+    # the forecast copied is as many draws again (a day of error alone left 45 of 100
+    # held-out day-earlier instances under fifo's service level, this 18; `bench/slo.py`).
     n = min(len(pd), len(pf))
     sd: list[int] = []
     sf: list[int] = []
-    if stand_in and n < error_window:
+    if stand_in and n < 2 * error_window:
         # Whether the forecast is a copy is read on the forecast the service was told
         # (`forecast` continues it past its end, flat or by the day, and would add turns).
-        sd, sf = headroom.stand_in(forecast, stand_in, error_window - n,
+        sd, sf = headroom.stand_in(forecast, stand_in, 2 * error_window - n,
                                    min(2 * error_window, len(v.forecast)), timing_window)
     early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
     if not (early or late or n or sd):
@@ -261,7 +265,7 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
         pd = sd + list(pd[len(pd) - n:])
         pf = sf + list(pf[len(pf) - n:])
     level = v.service_level if v.service_level is not None else service_level
-    room = headroom.curve(wide, pd, pf, level, error_window)
+    room = headroom.curve(wide, pd, pf, level, len(sd) + n if sd else error_window)
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
 
 
