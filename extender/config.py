@@ -63,8 +63,9 @@ class Settings:
     realtime_penalty: float = 8.0
     max_wait_steps: int = 48  # the starvation bound: a job waiting this long is planned first
     # A service's objective when its Deployment sets no gpuroster.io/service-level: the
-    # share of its demanded GPU-steps the headroom over its forecast is sized to cover.
-    service_level: float = 0.99
+    # share of its demanded GPU-steps the headroom over its forecast is sized to cover
+    # (why 0.995: `allocating.Options.service_level`).
+    service_level: float = 0.995
     # Hours a service's peak may come early or late: until its demand has been seen through
     # a swing of its forecast, the plan holds the forecast widened by this much each way
     # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
@@ -214,7 +215,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("max_wait_steps", int, "starvation bound: a job that has waited this many steps is "
      "planned before all others"),
     ("service_level", float, "a service's objective when it sets no gpuroster.io/service-level: "
-     "share of demanded GPU-steps the headroom over its forecast is sized for (0.99)"),
+     "share of demanded GPU-steps the headroom over its forecast is sized for (0.995)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "

@@ -13,7 +13,7 @@ def test_defaults() -> None:
     assert s.priority_classes == {"critical": 8, "high": 4, "normal": 2, "low": 1}
     assert s.namespaces == ()
     assert s.max_wait_steps == 48
-    assert s.service_level == 0.99
+    assert s.service_level == 0.995
     assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
     assert s.spare_replicas is True
 

@@ -204,7 +204,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_HORIZON_STEPS": "24",
         "GPUROSTER_REALTIME_PENALTY": "8",
         "GPUROSTER_MAX_WAIT_STEPS": "48",
-        "GPUROSTER_SERVICE_LEVEL": "0.99",
+        "GPUROSTER_SERVICE_LEVEL": "0.995",
         "GPUROSTER_PEAK_SHIFT_HOURS": "3",
         "GPUROSTER_SPARE_REPLICAS": "true",
         "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
