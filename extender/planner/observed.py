@@ -52,6 +52,32 @@ def _free_run(grid: np.ndarray, g: int, steps: Sequence[int], at: int) -> int:
     return n
 
 
+def draw_service_pod(occ: np.ndarray, gpus: Sequence[int], steps: list[int], mark: int,
+                     notes: list[str], who: str) -> list[tuple[int, list[int]]]:
+    """Draw a service pod alive at `steps` on a node whose GPUs are `gpus` (highest
+    first) into `occ` as `mark`: on one GPU free for all of them if there is one, else
+    in runs, each on the GPU free the longest from there (ties: the highest GPU); a
+    note "`who` at step t" for a step no GPU is free at. Its pieces, (GPU, steps)."""
+    whole = next((g for g in gpus if _free_for(occ, [g], steps)), None)
+    if whole is not None:
+        occ[whole, steps] = mark
+        return [(whole, steps)]
+    pieces = []
+    at = 0
+    while at < len(steps):
+        run = {g: _free_run(occ, g, steps, at) for g in gpus}
+        g = max(gpus, key=lambda x: run[x])
+        if run[g] == 0:
+            notes.append(f"{who} at step {steps[at]}")
+            at += 1
+            continue
+        piece = steps[at : at + run[g]]
+        occ[g, piece] = mark
+        pieces.append((g, piece))
+        at += run[g]
+    return pieces
+
+
 def draw(
     s: model.Scenario,
     jobs: Sequence[JobPodLife],
@@ -105,23 +131,9 @@ def draw(
             continue
         k = svc.service
         gpus_of_node = list(range(svc.node * G + G - 1, svc.node * G - 1, -1))
-        whole = next((g for g in gpus_of_node if _free_for(occ, [g], steps)), None)
-        if whole is not None:
-            occ[whole, steps] = nj + k
-            grid[whole, steps] = nj + k
-            continue
-        at = 0
-        while at < len(steps):
-            run = {g: _free_run(occ, g, steps, at) for g in gpus_of_node}
-            g = max(gpus_of_node, key=lambda x: run[x])  # ties: the highest GPU
-            if run[g] == 0:
-                notes.append(f"{s.services[k].name}: no free GPU on {node_name(svc.node)} "
-                             f"at step {steps[at]}")
-                at += 1
-                continue
-            occ[g, steps[at : at + run[g]]] = nj + k
-            grid[g, steps[at : at + run[g]]] = nj + k
-            at += run[g]
+        who = f"{s.services[k].name}: no free GPU on {node_name(svc.node)}"
+        for g, piece in draw_service_pod(occ, gpus_of_node, steps, nj + k, notes, who):
+            grid[g, piece] = nj + k
     return grid, held
 
 

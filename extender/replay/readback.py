@@ -155,16 +155,6 @@ def first_bound(samples: list[Sample]) -> dict[str, int]:
     return out
 
 
-def _free_run(grid: np.ndarray, g: int, steps: list[int], at: int) -> int:
-    """How many of steps[at:] in a row GPU g is free for."""
-    n = 0
-    for t in steps[at:]:
-        if grid[g, t] != -1:
-            break
-        n += 1
-    return n
-
-
 def rebuild(
     s: model.Scenario,
     pods: list[Any],
@@ -216,9 +206,9 @@ def rebuild(
         finished = [_finished_at(p) for p in members]
         end = start + j.duration_steps
         if all(f is not None for f in finished):
-            observed = int(np.floor((max(f for f in finished if f) - t0) / S + 1e-9))
-            if abs(observed - end) > 1:  # finishedAt has whole seconds: +-1 step is noise
-                notes.append(f"{name}: ended in step {observed}, its true duration says {end}")
+            ended = int(np.floor((max(f for f in finished if f) - t0) / S + 1e-9))
+            if abs(ended - end) > 1:  # finishedAt has whole seconds: +-1 step is noise
+                notes.append(f"{name}: ended in step {ended}, its true duration says {end}")
         if start >= T:
             continue
         starts[name], ends[name] = start, end
@@ -239,23 +229,8 @@ def rebuild(
         i = node_index.get(node)
         if i is None:
             continue
-        gpus = range(i * G + G - 1, i * G - 1, -1)
-        whole = next((g for g in gpus if all(grid[g, t] == -1 for t in steps)), None)
-        if whole is not None:
-            grid[whole, steps] = nj + k
-            continue
-        at = 0
-        while at < len(steps):
-            run = {g: _free_run(grid, g, steps, at) for g in gpus}
-            g = max(gpus, key=lambda x: run[x])  # ties: the highest GPU, as above
-            if run[g] == 0:
-                notes.append(
-                    f"{s.services[k].name}: no free GPU on {node} at step {steps[at]} for a pod"
-                )
-                at += 1
-                continue
-            grid[g, steps[at : at + run[g]]] = nj + k
-            at += run[g]
+        observed.draw_service_pod(grid, range(i * G + G - 1, i * G - 1, -1), steps, nj + k,
+                                  notes, f"{s.services[k].name}: a pod finds no free GPU on {node}")
     return grid, starts, ends
 
 
