@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from extender.localcluster import Cluster, binaries_dir
+from e2e import clusters
+from extender.localcluster import Cluster
 
 E2E_DIR = Path(__file__).parent
 
@@ -38,35 +39,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
-def _say(request: pytest.FixtureRequest, line: str) -> None:
-    """Print past pytest's output capture."""
-    plugins = request.config.pluginmanager
-    reporter: Any = plugins.get_plugin("terminalreporter")
-    capman: Any = plugins.get_plugin("capturemanager")
-    if reporter is None:
-        return
-    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-        reporter.ensure_newline()
-        reporter.write_line(line)
-
-
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
-        pytest.skip("GPUROSTER_SKIP_E2E=1: not starting the local Kubernetes control plane")
-    bin_dir = binaries_dir(build=True)
-    c = Cluster(nodes=int(os.environ.get("GPUROSTER_E2E_NODES", "4")), bin_dir=bin_dir)
-    c.up()
-    _say(request, f"[e2e] control plane Ready in {c.startup_seconds:.1f}s (apiserver "
-         f"{c.server}, extender port {c.extender_port}, logs {c.log_dir})")
-    failed_before = request.session.testsfailed
-    try:
+    nodes = int(os.environ.get("GPUROSTER_E2E_NODES", "4"))
+    with clusters.running(request, "e2e", nodes=nodes) as c:
         yield c
-    finally:
-        failed = request.session.testsfailed > failed_before
-        c.down(remove=not failed)
-        if failed:
-            _say(request, f"[e2e] tests failed: cluster logs kept in {c.log_dir}")
 
 
 @pytest.fixture(scope="session")

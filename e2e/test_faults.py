@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from extender.localcluster import Cluster, binaries_dir, free_port, objects, processes
+from e2e import clusters
+from extender.localcluster import Cluster, free_port, objects, processes
 from extender.localcluster.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,19 +53,8 @@ STEP = 2.0
 @pytest.fixture(scope="module")
 def faulty(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A control plane of this module's own: these tests stop its components."""
-    if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
-        pytest.skip("GPUROSTER_SKIP_E2E=1")
-    c = Cluster(nodes=0, bin_dir=binaries_dir(build=True))
-    c.up()
-    print(f"[faults] own control plane Ready in {c.startup_seconds:.1f}s")
-    failed_before = request.session.testsfailed
-    try:
+    with clusters.running(request, "faults", nodes=0) as c:
         yield c
-    finally:
-        failed = request.session.testsfailed > failed_before
-        c.down(remove=not failed)
-        if failed:
-            print(f"[faults] logs kept in {c.log_dir}")
 
 
 @pytest.fixture

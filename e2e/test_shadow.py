@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from e2e import accounts
+from e2e import accounts, clusters
 from e2e.test_extender import Extender, gang_pods
-from extender.localcluster import Cluster, binaries_dir, objects
+from extender.localcluster import Cluster, objects
 from extender.localcluster.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,19 +40,8 @@ OURS = ("gpuroster.io/block", "gpuroster.io/admitted-at", "gpuroster.io/node",
 
 @pytest.fixture(scope="module")
 def shadowed(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    if os.environ.get("GPUROSTER_SKIP_E2E") == "1":
-        pytest.skip("GPUROSTER_SKIP_E2E=1")
-    c = Cluster(nodes=3, bin_dir=binaries_dir(build=True), extender_shadow=True)
-    c.up()
-    print(f"[shadow] own control plane Ready in {c.startup_seconds:.1f}s")
-    failed_before = request.session.testsfailed
-    try:
+    with clusters.running(request, "shadow", nodes=3, extender_shadow=True) as c:
         yield c
-    finally:
-        failed = request.session.testsfailed > failed_before
-        c.down(remove=not failed)
-        if failed:
-            print(f"[shadow] logs kept in {c.log_dir}")
 
 
 def shadow_account(cluster: Cluster, ns: str, tmp_path: Path) -> Path:
