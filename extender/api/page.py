@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +46,15 @@ def _priority(p: Any) -> str:
     if p is None:
         return "-"
     return f"{float(p):g}"
+
+
+def _list(heads: Sequence[str], rows: list[str], empty: str) -> str:
+    """A list table of `rows` (each a <tr>) under `heads`; `empty` as a paragraph when
+    there are no rows."""
+    if not rows:
+        return f"<p>{empty}</p>"
+    return ("<table class='list'><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"
+            + "".join(rows) + "</table>")
 
 
 def _grid_svg(view: Mapping[str, Any], services: set[str]) -> str:
@@ -158,9 +167,8 @@ def render(view: Mapping[str, Any]) -> str:
             f"<td class='r'>{_priority(j.get('priority'))}</td>"
             f"<td>{esc(_when(j.get('waiting_since_utc'), step_s))}</td>"
             f"<td>{when}</td><td>{what}</td></tr>")
-    waiting_table = ("<table class='list'><tr><th>Job</th><th>GPUs</th><th>Priority</th>"
-                     "<th>Waiting since</th><th>Planned start</th><th>Waits for</th></tr>"
-                     + "".join(wrows) + "</table>") if wrows else "<p>Nothing is waiting.</p>"
+    waiting_table = _list(("Job", "GPUs", "Priority", "Waiting since", "Planned start",
+                           "Waits for"), wrows, "Nothing is waiting.")
 
     rrows = []
     for n, j in sorted(running.items(), key=lambda kv: (kv[1].get("expected_end_step", 0),
@@ -171,9 +179,8 @@ def render(view: Mapping[str, Any]) -> str:
                      f"<td>{esc(str(j.get('block')))}</td>"
                      f"<td>{esc(_when(j.get('expected_end_utc'), step_s))}</td>"
                      f"<td>{by}</td></tr>")
-    running_table = ("<table class='list'><tr><th>Job</th><th>GPUs</th><th>Priority</th>"
-                     "<th>Where</th><th>Expected end</th><th>Placed by</th></tr>"
-                     + "".join(rrows) + "</table>") if rrows else "<p>Nothing runs.</p>"
+    running_table = _list(("Job", "GPUs", "Priority", "Where", "Expected end", "Placed by"),
+                          rrows, "Nothing runs.")
 
     srows = []
     for n, v in sorted(svcs.items()):
@@ -188,10 +195,8 @@ def render(view: Mapping[str, Any]) -> str:
                      f"<td class='r'>{planned if planned is not None else '-'}{diff}</td>"
                      f"<td class='r'>{actual if actual is not None else '-'}</td>"
                      f"<td>{esc(forecast)}</td></tr>")
-    services_table = ("<table class='list'><tr><th>Service</th><th>GPUs planned now</th>"
-                      "<th>Replicas planned</th><th>Replicas now</th>"
-                      "<th>Forecast GPUs (next steps)</th></tr>" + "".join(srows) + "</table>"
-                      ) if srows else "<p>No real-time services.</p>"
+    services_table = _list(("Service", "GPUs planned now", "Replicas planned", "Replicas now",
+                            "Forecast GPUs (next steps)"), srows, "No real-time services.")
 
     held = "unavailable: a node down, or GPUs held by pods outside the plan"
     legend = "".join(
