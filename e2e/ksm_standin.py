@@ -42,10 +42,11 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kubernetes import client as k8s
+
+from e2e import exposition
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 _ALLOW = re.compile(r"(\w+)=\[([^\]]*)\]")
@@ -101,20 +102,7 @@ class KsmStandin:
         self.text = ""
         self.errors = 0
         self._stop = threading.Event()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                body = owner.text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd = exposition.text_server(lambda: self.text, port)
         self.port = int(self.httpd.server_address[1])
 
     def start(self) -> None:

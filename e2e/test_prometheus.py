@@ -17,12 +17,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from e2e import exposition
 from e2e.test_extender import Extender
 from extender.localcluster import Cluster, free_port, objects, processes
 from extender.localcluster.waiting import wait_for
@@ -35,20 +35,8 @@ class Gauge:
 
     def __init__(self, value: float) -> None:
         self.value = value
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                body = f"# TYPE demand_gpus gauge\ndemand_gpus {owner.value}\n".encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = exposition.text_server(
+            lambda: f"# TYPE demand_gpus gauge\ndemand_gpus {self.value}\n")
         self.port = int(self.httpd.server_address[1])
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
