@@ -71,6 +71,10 @@ class Settings:
     # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
     # 1-3 h a forecast from the same hours a day or week earlier misses the peak by.
     peak_shift_hours: float = 3.0
+    # Until a service has two days of its own forecast error, a forecast that zigzags (a
+    # copy of past demand) stands in with its jitter: its departures from its running
+    # median over this many hours each side. 0: off (a forecast that zigzags on purpose).
+    stand_in_hours: float = 2.0
     # GPUs idle now that no job is planned on by the next step go to services whose
     # demand ran above their forecast in the last day, as spare replicas up to their
     # planned peak (given back at the next step, within max-swap). False: services hold
@@ -164,6 +168,8 @@ def validate(s: Settings) -> None:
         raise bad("service_level", f"must be a share of demand in (0, 1), got {s.service_level}")
     if not (s.peak_shift_hours >= 0 and math.isfinite(s.peak_shift_hours)):
         raise bad("peak_shift_hours", f"must be >= 0, got {s.peak_shift_hours!r}")
+    if not (s.stand_in_hours >= 0 and math.isfinite(s.stand_in_hours)):
+        raise bad("stand_in_hours", f"must be >= 0, got {s.stand_in_hours!r}")
     if not s.priority_classes:
         raise bad("priority_classes", "needs at least one class")
     for k, v in s.priority_classes.items():
@@ -218,6 +224,9 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.995)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
+    ("stand_in_hours", float, "until a service has two days of forecast error, a forecast that "
+     "zigzags stands in with its departures from its running median over this many hours "
+     "each side (2; 0: off)"),
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "
      "services whose demand ran above their forecast in the last day, as spare replicas up "
      "to their planned peak (true)"),

@@ -100,6 +100,7 @@ class Controller:
                                    max_wait_steps=self.settings.max_wait_steps,
                                    service_level=self.settings.service_level,
                                    shift_hours=self.settings.peak_shift_hours,
+                                   stand_in_hours=self.settings.stand_in_hours,
                                    spare_fill=self.settings.spare_replicas)
         return policies.create(self.settings.policy)
 

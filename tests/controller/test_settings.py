@@ -15,6 +15,7 @@ def test_defaults() -> None:
     assert s.max_wait_steps == 48
     assert s.service_level == 0.995
     assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
+    assert s.stand_in_hours == 2.0
     assert s.spare_replicas is True
 
 
@@ -24,14 +25,17 @@ def test_env_and_flags() -> None:
            "GPUROSTER_DEFAULT_PRIORITY": "x", "GPUROSTER_LEADER_ELECT": "true",
            "GPUROSTER_DEFAULT_DURATIONS": '{"training": "2h"}', "GPUROSTER_PORT": "9000",
            "GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_SERVICE_LEVEL": "0.95",
-           "GPUROSTER_PEAK_SHIFT_HOURS": "1.5", "GPUROSTER_SPARE_REPLICAS": "false"}
-    s = config.load(["--port", "9100", "--service-level", "0.999"], env=env)
+           "GPUROSTER_PEAK_SHIFT_HOURS": "1.5", "GPUROSTER_SPARE_REPLICAS": "false",
+           "GPUROSTER_STAND_IN_HOURS": "1"}
+    s = config.load(["--port", "9100", "--service-level", "0.999", "--stand-in-hours", "0"],
+                    env=env)
     assert s.policy == "fifo" and s.step_seconds == 2.0 and s.namespaces == ("a", "b")
     assert s.priority_classes == {"x": 3} and s.leader_elect and s.port == 9100
     assert s.duration_steps(3.0) == 2 and s.steps_per_day() == 43200
     assert s.max_wait_steps == 6
     assert s.service_level == 0.999  # the flag over the environment
     assert s.peak_shift_hours == 1.5
+    assert s.stand_in_hours == 0.0  # the flag over the environment: off
     assert s.spare_replicas is False
 
 
@@ -54,6 +58,8 @@ def test_env_and_flags() -> None:
     ({"GPUROSTER_SERVICE_LEVEL": "nan"}, "GPUROSTER_SERVICE_LEVEL"),
     ({"GPUROSTER_PEAK_SHIFT_HOURS": "-1"}, "GPUROSTER_PEAK_SHIFT_HOURS"),
     ({"GPUROSTER_PEAK_SHIFT_HOURS": "inf"}, "GPUROSTER_PEAK_SHIFT_HOURS"),
+    ({"GPUROSTER_STAND_IN_HOURS": "-0.5"}, "GPUROSTER_STAND_IN_HOURS"),
+    ({"GPUROSTER_STAND_IN_HOURS": "nan"}, "GPUROSTER_STAND_IN_HOURS"),
     ({"GPUROSTER_SPARE_REPLICAS": "some"}, "GPUROSTER_SPARE_REPLICAS"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:

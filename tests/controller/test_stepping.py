@@ -948,6 +948,25 @@ def test_the_peak_shift_setting_reaches_the_plan(hours: float | None, room: bool
     assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
 
 
+@pytest.mark.parametrize(("hours", "room"), [(0.0, False), (2.0, True), (None, True)])
+def test_the_stand_in_setting_reaches_the_plan(hours: float | None, room: bool) -> None:
+    # A forecast that zigzags and does not repeat within the day (a copy of yesterday's
+    # demand), no error seen yet: with the stand-in (the default: None) its jitter
+    # stands in for the error to come (headroom over it); with 0, none. (No timing
+    # tolerance, which would hold headroom of its own.)
+    extra = {} if hours is None else {"stand_in_hours": hours}
+    rig = Rig(nodes=1, step=3600.0, peak_shift_hours=0.0, **extra)
+    day = [3, 4, 3, 5, 3, 4, 4, 6, 4, 5, 4, 5, 5, 6, 5, 4, 5, 3, 4, 3, 4, 2, 3, 2]
+    told = day + [x + (1 if h % 3 == 0 else 0) for h, x in enumerate(day)]
+    rig.fake.add("configmaps", configmap("d", curve="[" + ", ".join(map(str, told)) + "]"))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))
+    rig.step()
+    st = rig.ctl.state
+    assert st is not None
+    assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
+
+
 @pytest.mark.parametrize("spare", [True, False], ids=["spare-replicas", "no-spare-replicas"])
 def test_a_service_over_its_forecast_gets_idle_gpus_as_spare_replicas(spare: bool) -> None:
     rig = Rig(nodes=2, spare_replicas=spare)
