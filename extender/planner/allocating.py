@@ -105,7 +105,8 @@ class Options:
     # Until a service has two days of its own history, its forecast's jitter tops it up
     # (`headroom.stand_in`, `service_room`): a forecast that zigzags (and is no pattern
     # shorter than a day written out again) is a copy of past demand, whose noise
-    # today's demand will have too. Its level: the running median over this many hours
+    # today's demand will have too (and whose headroom stays sized on two days of error
+    # after; 0 turns that off too). Its level: the running median over this many hours
     # each side (2: a burst of an hour or two is jitter). A forecast that never zigzags
     # stands in for nothing, so the seven files plan exactly as without it. At 0.99
     # (`bench/slo.py`, 2026-12-04): day-earlier family under fifo's service level 21 ->
@@ -236,24 +237,31 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     (the forecast dilated by `headroom.span` steps ahead and back, at most `tolerance`,
     learned over `timing_window` steps once `evidence` says when the peak comes), and
     headroom for the recent error against that (`headroom.curve`) at the service's
-    objective (or `service_level` when it sets none). Until the service has
-    twice `error_window` steps of history, the forecast's own jitter
-    (`headroom.stand_in`, a running median over `stand_in` steps each side; 0: none)
-    tops it up to that, and the headroom is sized on all of it."""
+    objective (or `service_level` when it sets none), sized on the last
+    `error_window` steps of error, or on twice that for a forecast that copies past
+    demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn afresh
+    each day, not the episodes a model's forecast misses. Until such a service has
+    those two windows of history, the forecast's own jitter (`headroom.stand_in`, a
+    running median over `stand_in` steps each side) tops it up."""
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand
-    # The stand-in history, when the service's own is short of two windows: a window of
-    # its own error is a window's worth of draws of the largest error, and the jitter
-    # the forecast copied is as many draws again (a day of error alone left 45 of 100
-    # held-out day-earlier instances under fifo's service level, this 18; `bench/slo.py`).
+    # A copy's error window is two: a window of error is a window's worth of draws of the
+    # largest error, and the next passes it about once a window (a day of error alone left
+    # 45 of 100 day-earlier instances under fifo's service level, two 18 at 0.99; over
+    # four days 24 -> 17 of 40 at 0.995; `bench/slo.py`). A model's forecast keeps one: a
+    # launch night's miss held two days cost forecast-error 2368 -> 2346. Whether the
+    # forecast is a copy is read on the forecast the service was told (`forecast`
+    # continues it past its end, flat or by the day, and would add turns).
     n = min(len(pd), len(pf))
+    look = min(2 * error_window, len(v.forecast))
+    if stand_in and headroom.copied(forecast, look, timing_window):
+        error_window *= 2
+    else:
+        stand_in = 0
     sd: list[int] = []
     sf: list[int] = []
-    if stand_in and n < 2 * error_window:
-        # Whether the forecast is a copy is read on the forecast the service was told
-        # (`forecast` continues it past its end, flat or by the day, and would add turns).
-        sd, sf = headroom.stand_in(forecast, stand_in, 2 * error_window - n,
-                                   min(2 * error_window, len(v.forecast)), timing_window)
+    if stand_in and n < error_window:  # the stand-in history, short of two windows
+        sd, sf = headroom.jitter(forecast, stand_in, error_window - n)
     early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
     if not (early or late or n or sd):
         return [0] * len(forecast)
@@ -273,7 +281,7 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
         pd = sd + list(pd[len(pd) - n:])
         pf = sf + list(pf[len(pf) - n:])
     level = v.service_level if v.service_level is not None else service_level
-    room = headroom.curve(wide, pd, pf, level, len(sd) + n if sd else error_window)
+    room = headroom.curve(wide, pd, pf, level, error_window)
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
 
 

@@ -73,26 +73,37 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
     return [math.ceil(min(share * (x if x > floor else floor), gpus) - 1e-9) for x in forecast]
 
 
+def copied(forecast: Sequence[int], look: int, day: int) -> bool:
+    """Whether `forecast` reads as a copy of past demand over its first `look` steps.
+
+    A forecast that zigzags is a copy of past demand (the same hours a day or a week
+    earlier, the operator's usual one), and the noise it copied is the size of the
+    noise today brings. A forecast that never zigzags within the pattern it repeats
+    (a model's: it rises and falls) is not; nor is a pattern shorter than a `day`
+    written out again and again (an operator's curve of a few steps: a copy of a day's
+    demand does not repeat within the day)."""
+    seen = list(forecast[:look])
+    period = _period(seen)
+    return period >= day and _jitters(seen[:period])
+
+
 def stand_in(forecast: Sequence[int], half: int, count: int, look: int,
              day: int) -> tuple[list[int], list[int]]:
     """A history of `count` steps to size headroom on before a service has one of its
     own: (demand, forecast) pairs for the first `count` steps of `forecast` whose error
     is the forecast's own jitter, its departures from its running median over `half`
-    steps each side, x sqrt(2); ([], []) when it has none.
-
-    A forecast that zigzags is a copy of past demand (the same hours a day or a week
-    earlier, the operator's usual one), and the noise it copied is the size of the
-    noise today brings. A forecast that never zigzags within the pattern it repeats
-    over its first `look` steps (a model's: it rises and falls) has none, and no
-    headroom comes of it; nor has a pattern shorter than a `day` written out again and
-    again (an operator's curve of a few steps: a copy of a day's demand does not repeat
-    within the day). (The look does not shrink with `count`: whether the forecast is a
-    copy does not hang on how much history the service has.)"""
-    if half <= 0 or count <= 0:
+    steps each side, x sqrt(2); ([], []) when it has none: when the forecast is no copy
+    of past demand over its first `look` steps (`copied`), no headroom comes of it.
+    (The look does not shrink with `count`: whether the forecast is a copy does not
+    hang on how much history the service has.)"""
+    if half <= 0 or count <= 0 or not copied(forecast, look, day):
         return [], []
-    seen = list(forecast[:look])
-    period = _period(seen)
-    if period < day or not _jitters(seen[:period]):
+    return jitter(forecast, half, count)
+
+
+def jitter(forecast: Sequence[int], half: int, count: int) -> tuple[list[int], list[int]]:
+    """`stand_in`'s history for a forecast already known to be a copy (`copied`)."""
+    if half <= 0 or count <= 0:
         return [], []
     f = list(forecast[:count + half])
     level = _median(f, half)[:count]
@@ -116,7 +127,9 @@ def _period(f: list[int]) -> int:
     n = len(f)
     first = f[0] if f else None
     for p in range(1, n // 2 + 1):
-        if f[p] == first and f[p:] == f[:n - p]:  # (the first look spares most copies)
+        # (The first element and a short head spare most candidates the whole copy.)
+        k = min(9, n - p)
+        if f[p] == first and f[p:p + k] == f[:k] and f[p:] == f[:n - p]:
             return p
     return n
 

@@ -175,6 +175,22 @@ def test_until_two_days_are_seen_the_stand_in_tops_up_the_history() -> None:
     assert allocating.service_room(seen(2), told, 0.99, 24, stand_in=2) == [0] * 48
 
 
+def test_a_copy_remembers_two_days_of_error_a_models_forecast_one() -> None:
+    # Three days of history whose only miss, a burst of 3 GPUs for two steps, came
+    # between one and two days ago. A forecast that copies past demand (it zigzags)
+    # still holds headroom for it; a model's forecast (it rises and falls) has
+    # forgotten it, and so has the copy with the stand-in (and its window) turned off.
+    jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
+    smooth = DAY * 2
+    for told, copy in ((jittery, True), (smooth, False)):
+        demand = list(told * 3)
+        demand[30:32] = [x + 3 for x in demand[30:32]]  # 42 and 41 steps before now
+        v = replace(_fresh(told), past_demand=tuple(demand), past_forecast=tuple(told * 3))
+        on = allocating.service_room(v, told * 2, 0.99, 24, stand_in=2)
+        assert (max(on) > 0) == copy, (copy, on)
+        assert allocating.service_room(v, told * 2, 0.99, 24) == [0] * 48
+
+
 def test_a_curve_repeated_and_continued_flat_stands_in_for_nothing() -> None:
     # The controller writes an explicit curve of a few steps out over two horizons; the
     # plan continues it past that, flat where a day is longer than what it was told. The
