@@ -933,19 +933,25 @@ def test_headroom_from_a_history_is_the_forecasters_error_replayed(bursts: bool,
     assert (st.service_headroom["ns/svc"] > 0) == room, st.service_headroom
 
 
+def _headroom_at_first_step(rig: Rig, curve: list[int]) -> int:
+    """The headroom the first plan holds for a service told `curve` (ConfigMap), nothing
+    of its demand seen yet."""
+    rig.fake.add("configmaps", configmap("d", curve="[" + ", ".join(map(str, curve)) + "]"))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))
+    rig.step()
+    st = rig.ctl.state
+    assert st is not None
+    return st.service_headroom["ns/chat"]
+
+
 @pytest.mark.parametrize(("hours", "room"), [(0.0, False), (3.0, True), (None, True)])
 def test_the_peak_shift_setting_reaches_the_plan(hours: float | None, room: bool) -> None:
     # A peak three steps ahead, nothing seen yet: with a timing tolerance (the default:
     # None) the plan holds the forecast widened toward it now (headroom over the
     # forecast); without, none.
     rig = Rig(nodes=1) if hours is None else Rig(nodes=1, peak_shift_hours=hours)
-    rig.fake.add("configmaps", configmap("d", curve="[2, 2, 2, 6, 6, 2, 2, 2]"))
-    rig.fake.add("deployments", deployment("chat", notes={
-        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))
-    rig.step()
-    st = rig.ctl.state
-    assert st is not None
-    assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
+    assert (_headroom_at_first_step(rig, [2, 2, 2, 6, 6, 2, 2, 2]) > 0) == room
 
 
 @pytest.mark.parametrize(("hours", "room"), [(0.0, False), (2.0, True), (None, True)])
@@ -958,13 +964,7 @@ def test_the_stand_in_setting_reaches_the_plan(hours: float | None, room: bool) 
     rig = Rig(nodes=1, step=3600.0, peak_shift_hours=0.0, **extra)
     day = [3, 4, 3, 5, 3, 4, 4, 6, 4, 5, 4, 5, 5, 6, 5, 4, 5, 3, 4, 3, 4, 2, 3, 2]
     told = day + [x + (1 if h % 3 == 0 else 0) for h, x in enumerate(day)]
-    rig.fake.add("configmaps", configmap("d", curve="[" + ", ".join(map(str, told)) + "]"))
-    rig.fake.add("deployments", deployment("chat", notes={
-        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "8"}))
-    rig.step()
-    st = rig.ctl.state
-    assert st is not None
-    assert (st.service_headroom["ns/chat"] > 0) == room, st.service_headroom
+    assert (_headroom_at_first_step(rig, told) > 0) == room
 
 
 @pytest.mark.parametrize("spare", [True, False], ids=["spare-replicas", "no-spare-replicas"])
