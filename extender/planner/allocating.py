@@ -538,6 +538,8 @@ class Gpuroster:
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
+        targets = _headroom_last(inp, used_now, targets,
+                                 {v.name: told[v.name][0] for v in inp.services})
         self._place_services(inp, plan, placed, used_now, targets, curves)
         for v in inp.services:  # at step now, what they hold
             plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
@@ -949,6 +951,30 @@ def _trade(
     if not starts:
         return None
     return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
+
+
+def _headroom_last(inp: model.PlanInput, used_now: int, targets: dict[str, int],
+                   forecast: dict[str, int]) -> dict[str, int]:
+    """`targets` cut to the GPUs the services can hold at step now (idle, or theirs
+    and no job's), taking headroom (a target over its forecast now) first, a GPU at a
+    time from the service with the most, the lowest priority on a tie: when a job
+    planned on GPUs the services' curves grew into since holds them, one service's
+    headroom must not take the GPUs another's forecast needs."""
+    pool = ((1 << inp.cluster.gpus) - 1) & ~used_now
+    over = sum(targets.values()) - pool.bit_count()
+    if over <= 0:
+        return targets
+    out = dict(targets)
+    by_name = {v.name: v for v in inp.services}
+    while over > 0:
+        name = max(out, key=lambda n: (out[n] - forecast[n], -by_name[n].priority, n))
+        extra = out[name] - forecast[name]
+        if extra <= 0:
+            break
+        take = min(over, by_name[name].unit, extra)
+        out[name] -= take
+        over -= take
+    return out
 
 
 def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,

@@ -376,3 +376,23 @@ def test_the_running_median_and_the_period_are_their_plain_definitions(seed: int
             n = len(h_)
             assert headroom._period(h_) == next(
                 (p for p in range(1, n // 2 + 1) if h_[p:] == h_[:n - p]), n)
+
+
+def test_one_services_headroom_never_takes_the_gpus_anothers_forecast_needs() -> None:
+    """A job holds half of 8 GPUs; of the other 4, "alpha" (placed first: same priority,
+    its name sorts first) wants its forecast of 2 and headroom for a day above it, "beta"
+    (new, no GPUs yet) its forecast of 2: the headroom gives way, not beta's forecast."""
+    job = model.RunningJob("train", 4, model.Block(0, 4), 0, 48, 9.0)
+    alpha = model.ServiceState("alpha", 5.0, 4, tuple([2] * 48), past_demand=(4,) * 24,
+                               past_forecast=(2,) * 24, current_gpus=frozenset({4, 5}))
+    beta = model.ServiceState("beta", 5.0, 4, tuple([2] * 48), past_demand=(2,) * 24,
+                              past_forecast=(2,) * 24)
+    inp = model.PlanInput(24, model.Cluster(2, 4), 24, (), (job,), (alpha, beta), frozenset(),
+                          24)
+    assert allocating.service_curve(alpha, 24, 24, 24, 0.7)[0] > 2  # alpha has headroom
+    plan = allocating.Gpuroster().plan(inp)
+    assert len(plan.service_gpus["beta"]) == 2
+    assert len(plan.service_gpus["alpha"]) == 2
+    # With room for both, alpha keeps its headroom.
+    roomy = allocating.Gpuroster().plan(replace(inp, running=()))
+    assert len(roomy.service_gpus["alpha"]) > 2 and len(roomy.service_gpus["beta"]) == 2
