@@ -654,7 +654,10 @@ def test_a_mid_step_scale_up_after_a_scale_down_stays_within_max_swap() -> None:
     rig.fake.add("deployments", deployment("svc", replicas=7, notes={
         "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "2"}))
     rig.ctl.policy = Scripted([6, 8, 8, 9, 6])
-    replicas = lambda: rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"]  # noqa: E731
+
+    def replicas() -> int:
+        return int(rig.fake.objects["deployments"]["ns/svc"]["spec"]["replicas"])
+
     rig.clock.advance(rig.settings.step_seconds)
     rig.step()
     assert replicas() == 6
@@ -960,7 +963,7 @@ def test_the_stand_in_setting_reaches_the_plan(hours: float | None, room: bool) 
     # demand), no error seen yet: with the stand-in (the default: None) its jitter
     # stands in for the error to come (headroom over it); with 0, none. (No timing
     # tolerance, which would hold headroom of its own.)
-    extra = {} if hours is None else {"stand_in_hours": hours}
+    extra: dict[str, Any] = {} if hours is None else {"stand_in_hours": hours}
     rig = Rig(nodes=1, step=3600.0, peak_shift_hours=0.0, **extra)
     day = [3, 4, 3, 5, 3, 4, 4, 6, 4, 5, 4, 5, 5, 6, 5, 4, 5, 3, 4, 3, 4, 2, 3, 2]
     told = day + [x + (1 if h % 3 == 0 else 0) for h, x in enumerate(day)]
