@@ -103,7 +103,7 @@ class Options:
     shift_hours: float = 3.0
     evidence: float = 1.0
     # Until a service has two days of its own history, its forecast's jitter tops it up
-    # (`headroom.stand_in`, `service_room`): a forecast that zigzags (and is no pattern
+    # (`headroom.jitter`, `service_room`): a forecast that zigzags (and is no pattern
     # shorter than a day written out again) is a copy of past demand, whose noise
     # today's demand will have too (and whose headroom stays sized on two days of error
     # after; 0 turns that off too). Its level: the running median over this many hours
@@ -241,7 +241,7 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     `error_window` steps of error, or on twice that for a forecast that copies past
     demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn afresh
     each day, not the episodes a model's forecast misses. Until such a service has
-    those two windows of history, the forecast's own jitter (`headroom.stand_in`, a
+    those two windows of history, the forecast's own jitter (`headroom.jitter`, a
     running median over `stand_in` steps each side) tops it up."""
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand

@@ -87,22 +87,13 @@ def copied(forecast: Sequence[int], look: int, day: int) -> bool:
     return period >= day and _jitters(seen[:period])
 
 
-def stand_in(forecast: Sequence[int], half: int, count: int, look: int,
-             day: int) -> tuple[list[int], list[int]]:
-    """A history of `count` steps to size headroom on before a service has one of its
-    own: (demand, forecast) pairs for the first `count` steps of `forecast` whose error
-    is the forecast's own jitter, its departures from its running median over `half`
-    steps each side, x sqrt(2); ([], []) when it has none: when the forecast is no copy
-    of past demand over its first `look` steps (`copied`), no headroom comes of it.
-    (The look does not shrink with `count`: whether the forecast is a copy does not
-    hang on how much history the service has.)"""
-    if half <= 0 or count <= 0 or not copied(forecast, look, day):
-        return [], []
-    return jitter(forecast, half, count)
-
-
 def jitter(forecast: Sequence[int], half: int, count: int) -> tuple[list[int], list[int]]:
-    """`stand_in`'s history for a forecast already known to be a copy (`copied`)."""
+    """The stand-in history for a forecast that copies past demand (`copied`), to size
+    headroom on before a service has one of its own: (demand, forecast) pairs for the
+    first `count` steps of `forecast` whose error is the forecast's own jitter, its
+    departures from its running median over `half` steps each side, x sqrt(2); ([], [])
+    when none is wanted. (Whether the forecast is a copy is read apart, on a look that
+    does not shrink with `count`: it does not hang on how much history the service has.)"""
     if half <= 0 or count <= 0:
         return [], []
     f = list(forecast[:count + half])

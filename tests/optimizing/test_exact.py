@@ -79,7 +79,7 @@ def test_running_jobs_and_services_are_respected() -> None:
     m = run(s, full)
     assert m.value <= bound.value_upper_bound(s).value_bound + 1e-6
     # The forecast is exact here, but it moves up and down step to step as copied noise
-    # does, so both plans hold a stand-in headroom for the first day (`headroom.stand_in`):
+    # does, so both plans hold a stand-in headroom for the first day (`headroom.jitter`):
     # full mode prices it as soft shortfall, the fast plan keeps it whole, and with it
     # full mode's value here (91) fell below the fast plan's (111; the README's
     # limitations say so). On the forecast taken at its word, full mode is the better plan.

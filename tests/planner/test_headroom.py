@@ -127,11 +127,10 @@ def test_a_smooth_forecast_stands_in_for_nothing() -> None:
     # the next: not noise either.
     for smooth in (DAY * 2, [0, 0, 1, 2, 4, 4, 2, 1, 0, 0] * 2, [3] * 12, [2, 4, 6, 2, 2] * 5,
                    [1, 5, 5, 2, 2, 6] * 8, [1, 2, 3] * 16, [2, 4] * 24):
-        for count in (1, 5, 12):
-            assert headroom.stand_in(smooth, 2, count, 24, 12) == ([], []), (smooth, count)
+        assert not headroom.copied(smooth, 24, 12), smooth
     jittery = [1, 5, 1, 5] * 6
-    assert headroom.stand_in(jittery, 0, 12, 24, 12) == ([], [])  # off
-    assert headroom.stand_in(jittery, 2, 0, 24, 12) == ([], [])  # a day seen: none wanted
+    assert headroom.jitter(jittery, 0, 12) == ([], [])  # off
+    assert headroom.jitter(jittery, 2, 0) == ([], [])  # a day seen: none wanted
 
 
 def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
@@ -140,15 +139,15 @@ def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
     # the jumps are the error, x sqrt(2) (today's noise less yesterday's); where it is
     # flat, none.
     told = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3, 4, 4]
-    demand, level = headroom.stand_in(told, 2, 14, 28, 14)
+    assert headroom.copied(told, 28, 14)
+    demand, level = headroom.jitter(told, 2, 14)
     assert level == [4] * 14
     assert demand == [4, 5, 4, 5, 4, 4, 4, 10, 10, 4, 4, 3, 4, 4]
     room = headroom.curve([4] * 14, demand, level, 0.99)
     assert room == [6] * 14  # the burst, 2 x 6 of 69 GPU-steps, is more than 1% of them
     # The first steps only, their level read with the steps after them in view.
-    assert headroom.stand_in(told, 2, 4, 28, 14) == ([4, 5, 4, 5], [4, 4, 4, 4])
-    # Whether it is a copy does not hang on how many steps are wanted.
-    assert headroom.stand_in(told, 2, 1, 28, 14) == ([4], [4])
+    assert headroom.jitter(told, 2, 4) == ([4, 5, 4, 5], [4, 4, 4, 4])
+    assert headroom.jitter(told, 2, 1) == ([4], [4])
 
 
 def _fresh(told: list[int]) -> model.ServiceState:
