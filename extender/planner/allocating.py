@@ -538,11 +538,14 @@ class Gpuroster:
                     if counts[v.name][k] < curves[v.name][k]:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
-        targets = _headroom_last(inp, used_now, targets,
-                                 {v.name: told[v.name][0] for v in inp.services})
-        self._place_services(inp, plan, placed, used_now, targets, curves)
+        now_told = {v.name: told[v.name][0] for v in inp.services}
+        cut = _headroom_last(inp, used_now, targets, now_told)
+        self._place_services(inp, plan, placed, used_now, cut, curves)
         for v in inp.services:  # at step now, what they hold
-            plan.headroom[v.name] = rooms[v.name][0] if rooms[v.name] else 0
+            room = rooms[v.name][0] if rooms[v.name] else 0
+            if cut[v.name] < targets[v.name]:  # headroom given way: what is left of it
+                room = min(room, max(0, cut[v.name] - now_told[v.name]))
+            plan.headroom[v.name] = room
             plan.service_counts[v.name] = tuple(
                 [len(plan.service_gpus[v.name])] + counts[v.name][1:H])
         return plan

@@ -392,6 +392,8 @@ def test_one_services_headroom_never_takes_the_gpus_anothers_forecast_needs() ->
     plan = allocating.Gpuroster().plan(inp)
     assert len(plan.service_gpus["beta"]) == 2
     assert len(plan.service_gpus["alpha"]) == 2
-    # With room for both, alpha keeps its headroom.
+    assert plan.headroom == {"alpha": 0, "beta": 0}  # the gauge: none left to alpha
+    # With room for both, alpha keeps its headroom, and the plan reports it.
     roomy = allocating.Gpuroster().plan(replace(inp, running=()))
     assert len(roomy.service_gpus["alpha"]) > 2 and len(roomy.service_gpus["beta"]) == 2
+    assert 0 < roomy.headroom["alpha"] <= len(roomy.service_gpus["alpha"]) - 2
