@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from extender.planner import allocating, model, policies
+from extender.planner import allocating, model, policies, servicing
 
 _SCALE = 1000  # integer objective: reward units x 1000; tie-breakers cost 1 each
 
@@ -243,11 +243,11 @@ class _Model:
         swaps: list[cp_model.IntVar] = []
         # The services' demand to plan against: the fast plan's curves, headroom for the
         # recent error and the peak's timing tolerance included (the same `Options`).
-        told = {v.name: allocating.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
+        told = {v.name: servicing.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
         rooms = allocating.service_rooms(inp, fast, told)
         for v in inp.services:
-            f = allocating.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
-                                         room=rooms[v.name], forecast=told[v.name])
+            f = servicing.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
+                                        room=rooms[v.name], forecast=told[v.name])
             self.forecast[v.name] = f
             a = [cp.new_int_var(0, n, f"{v.name}#{k}") for k in range(H)]
             sf = [cp.new_int_var(0, max(0, f[k]), f"{v.name}!{k}") for k in range(H)]

@@ -4,9 +4,9 @@ Over 600 lines (issue #23), on purpose: `plan` and the pass it runs once per que
 order (`_place`, with `_trade`) share one frame of a dozen per-step lists and every
 option, and a pass is tuned against the loop that calls it (the last winner first, the
 bound that drops a losing order); split, each half would need the other to be read.
-What has a seam of its own lives elsewhere: block choice in `blocks`, services' growth
-in `scaling`, forecast headroom in `headroom`. The next seam, if this grows: the
-services' side of a plan (`service_curve`, `_service_locks`, `_service_rooms`).
+What has a seam of its own lives elsewhere: block choice in `blocks`, the services'
+side of a plan (their curves, the GPUs they hold while they move off) in `servicing`,
+services' growth in `scaling`, forecast headroom in `headroom`.
 
 Every re-plan builds the whole horizon, and only its first step is committed.
 
@@ -58,7 +58,7 @@ from functools import reduce
 from operator import or_
 from typing import NamedTuple
 
-from extender.planner import blocks, headroom, model, policies, scaling
+from extender.planner import blocks, headroom, model, policies, scaling, servicing
 
 
 @dataclass
@@ -103,7 +103,7 @@ class Options:
     shift_hours: float = 3.0
     evidence: float = 1.0
     # Until a service has two days of its own history, its forecast's jitter tops it up
-    # (`headroom.jitter`, `service_room`): a forecast that zigzags (and is no pattern
+    # (`headroom.jitter`, `servicing.service_room`): a forecast that zigzags (and is no pattern
     # shorter than a day written out again) is a copy of past demand, whose noise
     # today's demand will have too (and whose headroom stays sized on two days of error
     # after; 0 turns that off too). Its level: the running median over this many hours
@@ -220,129 +220,20 @@ class _Candidate:
     short: list[int] = field(default_factory=list)
 
 
-def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
-    """The service's forecast over `length` steps, the daily pattern continued past its end."""
-    f = list(v.forecast[:length])
-    if len(f) < min(period, length):  # less than a day told: its last count held
-        f += [f[-1] if f else 0] * (min(period, length) - len(f))
-    while len(f) < length:  # each step as a day earlier (a day at a time: slices)
-        f += f[len(f) - period:length - period]
-    return f
-
-
-def service_room(v: model.ServiceState, forecast: list[int], service_level: float,
-                 error_window: int, tolerance: int = 0, timing_window: int = 24,
-                 evidence: float = 1.0, stand_in: int = 0) -> list[int]:
-    """GPUs over `forecast` the plan holds at each lead: for the peak's timing error
-    (the forecast dilated by `headroom.span` steps ahead and back, at most `tolerance`,
-    learned over `timing_window` steps once `evidence` says when the peak comes), and
-    headroom for the recent error against that (`headroom.curve`) at the service's
-    objective (or `service_level` when it sets none), sized on the last
-    `error_window` steps of error, or on twice that for a forecast that copies past
-    demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn afresh
-    each day, not the episodes a model's forecast misses. Until such a service has
-    those two windows of history, the forecast's own jitter (`headroom.jitter`, a
-    running median over `stand_in` steps each side) tops it up."""
-    pf: Sequence[int] = v.past_forecast
-    pd: Sequence[int] = v.past_demand
-    # A copy's error window is two: a window of error is a window's worth of draws of the
-    # largest error, and the next passes it about once a window (a day of error alone left
-    # 45 of 100 day-earlier instances under fifo's service level, two 18 at 0.99; over
-    # four days 24 -> 17 of 40 at 0.995; `bench/slo.py`). A model's forecast keeps one: a
-    # launch night's miss held two days cost forecast-error 2368 -> 2346. Whether the
-    # forecast is a copy is read on the forecast the service was told (`forecast`
-    # continues it past its end, flat or by the day, and would add turns).
-    n = min(len(pd), len(pf))
-    look = min(2 * error_window, len(v.forecast))
-    if stand_in and headroom.copied(forecast, look, timing_window):
-        error_window *= 2
-    else:
-        stand_in = 0
-    sd: list[int] = []
-    sf: list[int] = []
-    if stand_in and n < error_window:  # the stand-in history, short of two windows
-        sd, sf = headroom.jitter(forecast, stand_in, error_window - n)
-    early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
-    if not (early or late or n or sd):
-        return [0] * len(forecast)
-    before: Sequence[int] = pf
-    if late > len(pf) and len(forecast) >= timing_window >= late:
-        # Steps before the first forecast it was told (a service's first steps): the
-        # daily pattern continued back, as `forecast_curve` continues it forward, so a
-        # late peak's demand at step now is not taken for the forecast's.
-        before = [forecast[timing_window - j] for j in range(late, len(pf), -1)] + list(pf)
-    wide = headroom.dilate(forecast, early, before, late)
-    if not (n or sd):
-        return [a - b for a, b in zip(wide, forecast, strict=True)]
-    if early or late:  # the past forecast dilated alike (its last steps see the forecast ahead)
-        pf = headroom.dilate(list(pf) + forecast[:early], early, (), late)[:len(pf)]
-        sf = headroom.dilate(sf, early, (), late)
-    if sd:
-        pd = sd + list(pd[len(pd) - n:])
-        pf = sf + list(pf[len(pf) - n:])
-    level = v.service_level if v.service_level is not None else service_level
-    room = headroom.curve(wide, pd, pf, level, error_window)
-    return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
-
-
 def service_rooms(inp: model.PlanInput, o: Options,
                   told: dict[str, list[int]]) -> dict[str, list[int]]:
     """Per service, the GPUs over its forecast (`told`, by name) the plan holds at each
-    lead under options `o` (`service_room`): the fast plan's, and full mode's too."""
+    lead under options `o` (`servicing.service_room`): the fast plan's, and full mode's too."""
     spd = inp.steps_per_day
     # (At most an eighth of the horizon: a timing error is a part of the day the plan
     # sees, and the lag search stays a few dozen sums where steps are short.)
     tolerance = min(round(o.shift_hours * spd / 24), inp.horizon // 8)
     return {
-        v.name: service_room(v, told[v.name], o.service_level, o.error_window or spd,
-                             tolerance, spd, o.evidence, round(o.stand_in_hours * spd / 24))
+        v.name: servicing.service_room(v, told[v.name], o.service_level,
+                                       o.error_window or spd, tolerance, spd, o.evidence,
+                                       round(o.stand_in_hours * spd / 24))
         for v in inp.services
     }
-
-
-def service_curve(
-    v: model.ServiceState, length: int, now: int, period: int, error_memory: float,
-    service_level: float = 0.995, error_window: int = headroom.DEFAULT_WINDOW,
-    room: list[int] | None = None, forecast: list[int] | None = None,
-) -> list[int]:
-    """GPUs the plan holds for a service at steps now .. now+length-1: its forecast,
-    with headroom (`room`, else `service_room`) for the recent forecast error."""
-    f = forecast if forecast is not None else forecast_curve(v, length, period)
-    if room is None:
-        room = service_room(v, f, service_level, error_window)
-    f = [a + b for a, b in zip(f, room, strict=True)]
-    # Recent miss: if demand ran above forecast, expect more of the same for a while.
-    if v.past_demand and v.past_forecast:
-        miss = v.past_demand[-1] - v.past_forecast[-1]
-        if miss > 0:
-            for k in range(length):
-                extra = miss * error_memory**k
-                if extra < 0.5:
-                    break
-                f[k] += math.ceil(extra - 0.5)
-    swap = v.max_swap
-    need = f
-    # Ramp up ahead of a rise the swap cap cannot follow in one step. (Comparisons,
-    # not min/max calls: this runs over the whole window on every re-plan.)
-    if length:
-        after = need[-1]
-        for k in range(length - 2, -1, -1):
-            x = after - swap
-            if need[k] < x:
-                need[k] = x
-            after = need[k]
-    if now > 0:
-        have = len(v.current_gpus) + v.lost  # lost GPUs are replaced, not ramped back
-        for k in range(length):
-            x = need[k]
-            if x < have - swap:
-                have -= swap
-            elif x > have + swap:
-                have += swap
-            else:
-                have = x
-            need[k] = have
-    return need
 
 
 class Gpuroster:
@@ -382,10 +273,10 @@ class Gpuroster:
                 overrun[k] += r.gpus
 
         # Services: their curves, and the capacity they leave for batch work.
-        told = {v.name: forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
+        told = {v.name: servicing.forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
         rooms = service_rooms(inp, o, told)
         curves = {
-            v.name: service_curve(v, W, now, inp.steps_per_day, o.error_memory,
+            v.name: servicing.service_curve(v, W, now, inp.steps_per_day, o.error_memory,
                                   room=rooms[v.name], forecast=told[v.name])
             for v in inp.services
         }
@@ -395,7 +286,7 @@ class Gpuroster:
         if inp.services:
             capacity = list(map(operator.sub, capacity, overrun))
         R = max(H, min(W - 1, int(H * o.reserve_factor)))
-        locked = _service_locks(inp, curves, R)
+        locked = servicing.locks(inp, curves, R)
 
         starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
         rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
@@ -418,7 +309,7 @@ class Gpuroster:
         drain = starved & frozenset(only_trade) if o.drain else frozenset()
         # What the services still hold if a trade takes their GPUs: they shrink at their
         # swap cap.
-        shrunk = _service_locks(inp, curves, R, shrink=True) if drain else locked
+        shrunk = servicing.locks(inp, curves, R, shrink=True) if drain else locked
         if trade_first:
             passes.append(("priority", "trade-first"))
         if len(queue) > o.multi_order_max_queue:
@@ -440,7 +331,7 @@ class Gpuroster:
         n_off = unavailable.bit_count()
         # Services limited to some nodes need their curve inside those nodes: per such
         # node set, the GPUs left there for batch work at each step.
-        groups = _service_rooms(inp.services, curves, occ, unavailable, c, W)
+        groups = servicing.node_rooms(inp.services, curves, occ, unavailable, c, W)
         # Room left for batch work at each step (capacity already excludes the
         # unavailable GPUs): the same start for every order.
         slack = list(map(operator.sub, capacity, map(int.bit_count, occ)))
@@ -539,7 +430,7 @@ class Gpuroster:
                         target = min(target, counts[v.name][k] + v.max_swap * k)
             targets[v.name] = max(0, target)
         now_told = {v.name: told[v.name][0] for v in inp.services}
-        cut = _headroom_last(inp, used_now, targets, now_told)
+        cut = servicing.headroom_last(inp, used_now, targets, now_told)
         self._place_services(inp, plan, placed, used_now, cut, curves)
         for v in inp.services:  # at step now, what they hold
             room = rooms[v.name][0] if rooms[v.name] else 0
@@ -956,64 +847,6 @@ def _trade(
     return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
 
 
-def _headroom_last(inp: model.PlanInput, used_now: int, targets: dict[str, int],
-                   forecast: dict[str, int]) -> dict[str, int]:
-    """`targets` cut to the GPUs the services can hold at step now (idle, or theirs
-    and no job's), taking headroom (a target over its forecast now) first, a GPU at a
-    time from the service with the most, the lowest priority on a tie: when a job
-    planned on GPUs the services' curves grew into since holds them, one service's
-    headroom must not take the GPUs another's forecast needs."""
-    pool = ((1 << inp.cluster.gpus) - 1) & ~used_now
-    over = sum(targets.values()) - pool.bit_count()
-    if over <= 0:
-        return targets
-    out = dict(targets)
-    by_name = {v.name: v for v in inp.services}
-    while over > 0:
-        name = max(out, key=lambda n: (out[n] - forecast[n], -by_name[n].priority, n))
-        extra = out[name] - forecast[name]
-        if extra <= 0:
-            break
-        take = min(over, by_name[name].unit, extra)
-        out[name] -= take
-        over -= take
-    return out
-
-
-def _service_locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
-                   shrink: bool = False) -> list[int]:
-    """GPUs the services still hold at steps now .. now+R: at step now a service can give
-    up only so many of its GPUs; later it moves off its lowest ones at the pace its swap
-    cap allows. A block may only be planned where the services will have left by then.
-    With `shrink`, a trade takes their GPUs instead: they go down towards none, one GPU of
-    swap a GPU given up."""
-    locked = [0] * (R + 1)
-    for v in inp.services:
-        want = curves[v.name][0]
-        cap = None if inp.now == 0 else v.max_swap + v.lost
-        if shrink:  # giving GPUs up, acquiring none: one GPU of swap each
-            first = len(v.current_gpus) if cap is None else min(len(v.current_gpus), cap)
-        else:
-            first = min(max(0, len(v.current_gpus) - want),
-                        scaling.releasable(v.current_gpus, want, cap))
-        pace = (len(v.current_gpus) if cap is None
-                else max(0, v.max_swap if shrink else v.max_swap // 2))
-        ascending = sorted(v.current_gpus)
-        n = len(ascending)
-        curve = curves[v.name]
-        low = n - first  # the fewest of them it holds at a step so far, as its curve falls
-        for k in range(R + 1):
-            if k and not shrink:
-                # Where its curve falls it sheds them, its lowest first, at its swap cap
-                # a step; growing back, it keeps off the blocks planned to start soon.
-                low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
-            gone = min(n, max(first + k * pace, n - low))
-            if gone == n:
-                break
-            locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
-    return locked
-
-
 def _only_by_trade(queue: list[model.QueuedJob], capacity: list[int], R: int) -> list[str]:
     """The jobs that no start before step `R` keeps beside the services' curves
     (`capacity`: the room they leave at each step) for their whole estimate: only a trade
@@ -1109,29 +942,6 @@ def _ordered(queue: list[_Job], order: str) -> list[_Job]:
     if order == "value-density":
         return sorted(queue, key=lambda j: (-j.q.priority * j.q.gpus, j.q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
-
-
-def _service_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[int]],
-                   occ: list[int], unavailable: int, c: model.Cluster,
-                   W: int) -> list[tuple[int, list[int]]]:
-    """Per node set that some service is limited to: (its GPU mask, the GPUs left there
-    for batch work at each step: available, less the curves of the services limited to
-    it and the running jobs inside it). Empty when no service is limited."""
-    sets: dict[frozenset[int], list[model.ServiceState]] = {}
-    for v in services:
-        if v.nodes is not None:
-            sets.setdefault(v.nodes, []).append(v)
-    out = []
-    for nodes, members in sorted(sets.items(), key=lambda x: sorted(x[0])):
-        mask = model.node_mask(nodes, c)
-        have = (mask & ~unavailable).bit_count()
-        room = [have - (occ[k] & mask & ~unavailable).bit_count() for k in range(W)]
-        for v in members:
-            curve = curves[v.name]
-            for k in range(W):
-                room[k] -= curve[k]
-        out.append((mask, room))
-    return out
 
 
 @functools.lru_cache(maxsize=64)

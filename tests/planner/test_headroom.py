@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from extender.planner import allocating, headroom, model, simulating, wrongforecasts
+from extender.planner import allocating, headroom, model, servicing, simulating, wrongforecasts
 
 DAY = [2, 2, 3, 5, 8, 10, 10, 8, 5, 3, 2, 2]
 
@@ -63,16 +63,16 @@ def _state(demand: list[int], told: list[int], level: float | None) -> model.Ser
 
 def test_the_plan_holds_headroom_where_demand_ran_above_forecast() -> None:
     over = [x + 2 for x in DAY]
-    plain = allocating.service_curve(_state(DAY, DAY, 0.99), 12, 12, 12, 0.7)
-    raised = allocating.service_curve(_state(over, DAY, 0.99), 12, 12, 12, 0.7)
+    plain = servicing.service_curve(_state(DAY, DAY, 0.99), 12, 12, 12, 0.7)
+    raised = servicing.service_curve(_state(over, DAY, 0.99), 12, 12, 12, 0.7)
     assert sum(raised) > sum(plain)
     assert all(a >= b for a, b in zip(raised, plain, strict=True))
 
 
 def test_a_lower_objective_plans_no_more_headroom() -> None:
     demand = DAY[:6] + [x + 4 for x in DAY[6:]]
-    low = allocating.service_curve(_state(demand, DAY, 0.5), 12, 12, 12, 0.7)
-    high = allocating.service_curve(_state(demand, DAY, 0.99), 12, 12, 12, 0.7)
+    low = servicing.service_curve(_state(demand, DAY, 0.5), 12, 12, 12, 0.7)
+    high = servicing.service_curve(_state(demand, DAY, 0.99), 12, 12, 12, 0.7)
     assert sum(low) < sum(high)
 
 
@@ -157,11 +157,11 @@ def _fresh(told: list[int]) -> model.ServiceState:
 def test_until_two_days_are_seen_the_stand_in_tops_up_the_history() -> None:
     jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
     told = jittery * 2
-    fresh = allocating.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
+    fresh = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
     assert min(fresh) > 0
-    assert allocating.service_room(_fresh(jittery), told, 0.99, 24) == [0] * 48  # off
+    assert servicing.service_room(_fresh(jittery), told, 0.99, 24) == [0] * 48  # off
     smooth = DAY * 2
-    assert allocating.service_room(_fresh(smooth), smooth * 2, 0.99, 24, stand_in=2) == [0] * 48
+    assert servicing.service_room(_fresh(smooth), smooth * 2, 0.99, 24, stand_in=2) == [0] * 48
     # A day of its own history, the forecast right all day: the stand-in still counts (a
     # day of draws is too few to size a 0.99 objective on), beside the day that had no
     # error; two days: the stand-in is gone.
@@ -169,9 +169,9 @@ def test_until_two_days_are_seen_the_stand_in_tops_up_the_history() -> None:
         return replace(_fresh(jittery), past_demand=tuple(jittery * days),
                        past_forecast=tuple(jittery * days))
 
-    one = allocating.service_room(seen(1), told, 0.99, 24, stand_in=2)
+    one = servicing.service_room(seen(1), told, 0.99, 24, stand_in=2)
     assert min(one) > 0 and max(one) < max(fresh)
-    assert allocating.service_room(seen(2), told, 0.99, 24, stand_in=2) == [0] * 48
+    assert servicing.service_room(seen(2), told, 0.99, 24, stand_in=2) == [0] * 48
 
 
 def test_a_copy_remembers_two_days_of_error_a_models_forecast_one() -> None:
@@ -185,9 +185,9 @@ def test_a_copy_remembers_two_days_of_error_a_models_forecast_one() -> None:
         demand = list(told * 3)
         demand[30:32] = [x + 3 for x in demand[30:32]]  # 42 and 41 steps before now
         v = replace(_fresh(told), past_demand=tuple(demand), past_forecast=tuple(told * 3))
-        on = allocating.service_room(v, told * 2, 0.99, 24, stand_in=2)
+        on = servicing.service_room(v, told * 2, 0.99, 24, stand_in=2)
         assert (max(on) > 0) == copy, (copy, on)
-        assert allocating.service_room(v, told * 2, 0.99, 24) == [0] * 48
+        assert servicing.service_room(v, told * 2, 0.99, 24) == [0] * 48
 
 
 def test_a_curve_repeated_and_continued_flat_stands_in_for_nothing() -> None:
@@ -199,9 +199,9 @@ def test_a_curve_repeated_and_continued_flat_stands_in_for_nothing() -> None:
     curve = [1, 5, 5, 2, 2, 6]
     for phase in range(6):
         v = model.ServiceState("chat", 5.0, 2, tuple(curve[(phase + k) % 6] for k in range(48)))
-        told = allocating.forecast_curve(v, 200, 43200)
-        on = allocating.service_room(v, told, 0.99, 43200, 3, 43200, 1.0, stand_in=3600)
-        assert on == allocating.service_room(v, told, 0.99, 43200, 3, 43200, 1.0), phase
+        told = servicing.forecast_curve(v, 200, 43200)
+        on = servicing.service_room(v, told, 0.99, 43200, 3, 43200, 1.0, stand_in=3600)
+        assert on == servicing.service_room(v, told, 0.99, 43200, 3, 43200, 1.0), phase
 
 
 def test_the_stand_in_costs_nothing_on_the_exact_forecast_files() -> None:
@@ -297,10 +297,10 @@ def test_before_its_first_forecast_a_late_peak_is_the_daily_pattern_continued_ba
     day = [2] * 21 + [8] * 3
     told = day * 2
     v = model.ServiceState(name="chat", priority=5.0, max_swap=8, forecast=tuple(told))
-    room = allocating.service_room(v, told, 0.99, 24, tolerance=3, timing_window=24)
+    room = servicing.service_room(v, told, 0.99, 24, tolerance=3, timing_window=24)
     assert [told[k] + room[k] for k in range(4)] == [8, 8, 8, 2]
     # With no tolerance, nothing over the forecast.
-    assert allocating.service_room(v, told, 0.99, 24)[:4] == [0, 0, 0, 0]
+    assert servicing.service_room(v, told, 0.99, 24)[:4] == [0, 0, 0, 0]
 
 
 def test_the_default_tolerance_is_three_hours() -> None:
@@ -330,7 +330,7 @@ def test_a_service_whose_forecast_held_gets_no_spare_gpus() -> None:
 
 def test_a_service_whose_demand_ran_over_gets_idle_gpus_up_to_its_peak_within_its_cap() -> None:
     inp = _spare_input(OVER, [2] * 12)
-    curve = allocating.service_curve(inp.services[0], 12, 24, 12, 0.7)
+    curve = servicing.service_curve(inp.services[0], 12, 24, 12, 0.7)
     got = allocating.Gpuroster().plan(inp).service_gpus["chat"]
     assert len(got) > curve[0]  # more than its curve: GPUs nobody uses now
     assert len(got) <= max(curve[:12])  # never past its own peak over the horizon
@@ -388,7 +388,7 @@ def test_one_services_headroom_never_takes_the_gpus_anothers_forecast_needs() ->
                               past_forecast=(2,) * 24)
     inp = model.PlanInput(24, model.Cluster(2, 4), 24, (), (job,), (alpha, beta), frozenset(),
                           24)
-    assert allocating.service_curve(alpha, 24, 24, 24, 0.7)[0] > 2  # alpha has headroom
+    assert servicing.service_curve(alpha, 24, 24, 24, 0.7)[0] > 2  # alpha has headroom
     plan = allocating.Gpuroster().plan(inp)
     assert len(plan.service_gpus["beta"]) == 2
     assert len(plan.service_gpus["alpha"]) == 2
