@@ -90,7 +90,7 @@ test: venv cluster-bin
 # --- quality gates -------------------------------------------------------------
 HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
-LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender \
+LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender tests e2e \
 	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
 	&& $(VENV)/bin/hadolint Containerfile
 

@@ -81,13 +81,13 @@ def test_only_gpurosters_account_writes_the_admission_record(
     rbac = cluster.api()
     from kubernetes import client as k8s
 
-    k8s.RbacAuthorizationV1Api(rbac).create_namespaced_role(namespace, {
-        "metadata": {"name": "pods"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]})
-    k8s.RbacAuthorizationV1Api(rbac).create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "pods"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
-        "subjects": [{"kind": "ServiceAccount", "name": policy, "namespace": namespace}]})
+    k8s.RbacAuthorizationV1Api(rbac).create_namespaced_role(namespace, k8s.V1Role(
+        metadata=k8s.V1ObjectMeta(name="pods"),
+        rules=[k8s.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "patch"])]))
+    k8s.RbacAuthorizationV1Api(rbac).create_namespaced_role_binding(namespace, k8s.V1RoleBinding(
+        metadata=k8s.V1ObjectMeta(name="pods"),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pods"),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=policy, namespace=namespace)]))
     kubeconfig = accounts.service_account_kubeconfig(cluster, namespace, policy,
                                                      tmp_path / "sa.kubeconfig")
     as_gpuroster = k8s.CoreV1Api(accounts.client(kubeconfig))

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 
 from extender import cli, clusterbench, replay, scenarios
+from extender.planner import metrics, simulating
 from extender.replay import world
 
 SCENARIOS = ["training-heavy", "forecast-error"]
@@ -29,7 +31,7 @@ STEP_SECONDS = 4.0
 
 
 @pytest.fixture(scope="module")
-def bench_cluster() -> object:
+def bench_cluster() -> Iterator[tuple[str, int]]:
     with replay.local_cluster() as (kubeconfig, port):
         yield kubeconfig, port
 
@@ -48,6 +50,7 @@ def test_cluster_run_agrees_with_the_simulator(
     for note in row.replay.notes:
         print("  note:", note)
     assert not row.illegal, row.illegal
+    assert row.sim is not None  # fifo and gpuroster both run in the simulator
     result = tmp_path / f"{name}.{policy}.cluster.json"
     result.write_text(json.dumps(clusterbench.result_document(row)))
     assert cli.main(["check", name, str(result)]) == 0
@@ -59,8 +62,13 @@ def test_cluster_run_agrees_with_the_simulator(
     )
     if policy == "gpuroster":
         # the point of it, on the real thing: gpuroster beats fifo's simulated value
-        fifo = clusterbench.simulating.simulate(s, "fifo")
-        assert row.cluster.value > clusterbench.metrics.compute(s, fifo.grid).value
+        fifo = simulating.simulate(s, "fifo")
+        assert row.cluster.value > metrics.compute(s, fifo.grid).value
+
+
+def _name(meta: k8s.V1ObjectMeta | None) -> str:
+    assert meta is not None and meta.name is not None  # the API names every object it lists
+    return meta.name
 
 
 def test_a_replay_starts_without_the_last_replays_node_leases(
@@ -73,12 +81,12 @@ def test_a_replay_starts_without_the_last_replays_node_leases(
     core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
     leases = k8s.CoordinationV1Api(api)
     name = f"{world.NODE_PREFIX}0"
-    leases.create_namespaced_lease(world.NODE_LEASE_NAMESPACE, {
-        "metadata": {"name": name},
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40},
-    })
+    leases.create_namespaced_lease(world.NODE_LEASE_NAMESPACE, k8s.V1Lease(
+        metadata=k8s.V1ObjectMeta(name=name),
+        spec=k8s.V1LeaseSpec(holder_identity=name, lease_duration_seconds=40),
+    ))
     world.wipe(core, apps, "gpuroster-bench")
-    left = [x.metadata.name for x in
+    left = [_name(x.metadata) for x in
             leases.list_namespaced_lease(world.NODE_LEASE_NAMESPACE).items]
     assert not [n for n in left if n.startswith(world.NODE_PREFIX)], left
 

@@ -31,6 +31,10 @@ BLOCK = "gpuroster.io/block"
 ADMITTED_AT = "gpuroster.io/admitted-at"
 NODE = "gpuroster.io/node"
 
+# The typed client calls take the model their signature names: a body from `objects` (a
+# dict) goes as `V1Deployment.model_validate(body)`, which is what the client's own
+# validate_call would make of the dict.
+
 
 class Extender:
     def __init__(self, cluster: Cluster, namespace: str, log_dir: Path, **env: str) -> None:
@@ -225,8 +229,8 @@ def test_a_jobs_replacement_for_a_failed_gang_pod_runs_in_its_place(
     from kubernetes import client
 
     # A real Job: an Indexed 16-GPU gang of two 8-GPU pods that may retry once.
-    client.BatchV1Api(api_client).create_namespaced_job(
-        namespace, objects.gang_job("retry", pods=2, gpus=8, backoff_limit=1))
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, client.V1Job.model_validate(
+        objects.gang_job("retry", pods=2, gpus=8, backoff_limit=1)))
 
     def job_pods() -> list[Any]:
         return list(core.list_namespaced_pod(namespace, label_selector="job-name=retry").items)
@@ -265,8 +269,8 @@ def test_a_jobs_gang_whose_pods_all_failed_is_admitted_again_whole(
         core: Any, api_client: Any, namespace: str, extender: Extender) -> None:
     from kubernetes import client
 
-    client.BatchV1Api(api_client).create_namespaced_job(
-        namespace, objects.gang_job("again", pods=2, gpus=4, backoff_limit=2))
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, client.V1Job.model_validate(
+        objects.gang_job("again", pods=2, gpus=4, backoff_limit=2)))
 
     def bound_pods(exclude: set[str]) -> list[Any] | None:
         pods = [p for p in core.list_namespaced_pod(namespace, label_selector="job-name=again")
@@ -341,7 +345,8 @@ def test_inference_replicas_land_on_the_nodes_their_template_selects(
         dep = objects.inference_deployment("l4chat", {
             "gpuroster.io/demand-configmap": "l4-demand", "gpuroster.io/max-swap": "4"})
         dep["spec"]["template"]["spec"]["nodeSelector"] = {key: "l4"}
-        client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
+        client.AppsV1Api(api_client).create_namespaced_deployment(
+            namespace, client.V1Deployment.model_validate(dep))
         on = wait_for(lambda: replica_nodes(core, namespace, "l4chat", 3), 10 * STEP,
                       "three replicas placed")
         assert set(on) == {first}, on
@@ -377,9 +382,9 @@ def test_a_two_gpu_inference_replica_gets_both_gpus_on_one_node(
         core.create_namespaced_config_map(namespace, {
             "metadata": {"name": "big-demand"}, "data": {"curve": json.dumps([2] * 24)}})
         client.AppsV1Api(api_client).create_namespaced_deployment(
-            namespace, objects.inference_deployment("big", {
+            namespace, client.V1Deployment.model_validate(objects.inference_deployment("big", {
                 "gpuroster.io/demand-configmap": "big-demand",
-                "gpuroster.io/max-swap": "4"}, gpus=2))
+                "gpuroster.io/max-swap": "4"}, gpus=2)))
         at = wait_for(lambda: replica_nodes(core, namespace, "big", 1), 8 * STEP,
                       "the 2-GPU replica to bind")
         assert at == [below], at
@@ -403,7 +408,8 @@ def test_inference_replicas_kept_apart_by_anti_affinity_each_get_a_node(
         "requiredDuringSchedulingIgnoredDuringExecution": [{
             "topologyKey": "kubernetes.io/hostname",
             "labelSelector": {"matchLabels": {"app": "ha"}}}]}}
-    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, dep)
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace, client.V1Deployment.model_validate(dep))
     on = wait_for(lambda: replica_nodes(core, namespace, "ha", 3), 10 * STEP,
                   "three replicas bound")
     assert len(set(on)) == 3 and set(on) <= set(nodes), on
@@ -418,8 +424,9 @@ def test_inference_deployment_follows_its_curve_within_the_swap_cap(
     curve = [1, 5, 5, 2, 2, 6]
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "chat-demand"}, "data": {"curve": json.dumps(curve)}})
-    apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
-        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"}))
+    apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+        objects.inference_deployment("chat", {
+            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "2"})))
     batch = gang_pods(core, namespace, "fill", 2, 8, runtime="30s", duration="30s")
     seen: list[tuple[int, int]] = []  # (step, replicas): the last count seen in each step
     deadline = time.monotonic() + 10 * STEP
@@ -477,9 +484,10 @@ def test_demand_above_its_forecast_for_several_steps_gets_headroom_and_the_gauge
     svc = f"{namespace}/chat"
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "chat-demand"}, "data": {"curve": "[2]"}})
-    apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
-        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
-        "gpuroster.io/service-level": "0.99"}))
+    apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+        objects.inference_deployment("chat", {
+            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
+            "gpuroster.io/service-level": "0.99"})))
 
     def replicas() -> int:
         return int(apps.read_namespaced_deployment(name="chat",
@@ -631,11 +639,14 @@ def test_the_leader_lease_goes_with_the_deployment_that_owns_it(
 
     apps = client.AppsV1Api(api_client)
     leases = client.CoordinationV1Api(api_client)
-    owner = apps.create_namespaced_deployment(namespace, {
-        "metadata": {"name": "gpuroster"},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "owner"}},
-                 "template": {"metadata": {"labels": {"app": "owner"}},
-                              "spec": {"containers": [{"name": "c", "image": "none"}]}}}})
+    owner = apps.create_namespaced_deployment(namespace, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="gpuroster"),
+        spec=client.V1DeploymentSpec(
+            replicas=0, selector=client.V1LabelSelector(match_labels={"app": "owner"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "owner"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="none")])))))
+    assert owner.metadata is not None  # a created object comes back with its metadata
     ext = Extender(cluster, namespace, tmp_path, GPUROSTER_LEADER_ELECT="true",
                    GPUROSTER_LEASE_NAMESPACE=namespace, GPUROSTER_LEASE_NAME="gpuroster-e2e",
                    GPUROSTER_LEASE_OWNER="gpuroster")
@@ -709,9 +720,10 @@ def test_batch_work_fills_the_troughs_an_inference_service_leaves(
     curve = [peak] * 3 + [0] * 9
     core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
-    apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
-        "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": str(peak),
-        "gpuroster.io/priority": "critical"}))
+    apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+        objects.inference_deployment("svc", {
+            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": str(peak),
+            "gpuroster.io/priority": "critical"})))
     # One node's worth of batch per gang, as many gangs as the cluster has nodes.
     gangs = [gang_pods(core, namespace, f"b{i}", 1, 8, runtime="12s", duration="12s")
              for i in range(nodes)]
@@ -754,9 +766,10 @@ def test_a_starving_job_only_a_trade_starts_gets_the_cluster_despite_a_stream(
         ext.start()
         core.create_namespaced_config_map(namespace, {
             "metadata": {"name": "demand"}, "data": {"curve": json.dumps([1] * 500)}})
-        apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
-            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
-            "gpuroster.io/priority": "low"}))
+        apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+            objects.inference_deployment("svc", {
+                "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
+                "gpuroster.io/priority": "low"})))
         small = 0
 
         def arrive() -> None:  # one 1-GPU job of 3 steps
@@ -815,9 +828,10 @@ def test_a_gang_that_fits_beside_the_curve_only_later_trades_to_start_now(
         curve = [1 if s + 4 <= k < s + 10 else 0 for k in range(400)]  # cyclic from the epoch
         core.create_namespaced_config_map(namespace, {
             "metadata": {"name": "demand"}, "data": {"curve": json.dumps(curve)}})
-        apps.create_namespaced_deployment(namespace, objects.inference_deployment("svc", {
-            "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
-            "gpuroster.io/priority": "low"}))
+        apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+            objects.inference_deployment("svc", {
+                "gpuroster.io/demand-configmap": "demand", "gpuroster.io/max-swap": "2",
+                "gpuroster.io/priority": "low"})))
         wide = gang_pods(core, namespace, "wide", nodes, 8, runtime=f"{6 * STEP:g}s",
                          duration=f"{6 * STEP:g}s", priority="critical")
         bound = wait_for(lambda: all_bound(core, namespace, wide), 30,
@@ -872,7 +886,7 @@ def test_a_pods_priority_class_value_maps_to_a_configured_class(
         dep = objects.inference_deployment(
             "valued-svc", {"gpuroster.io/demand-configmap": "valued-demand"})
         dep["spec"]["template"]["spec"]["priorityClassName"] = pc
-        apps.create_namespaced_deployment(namespace, dep)
+        apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(dep))
         svc = wait_for(lambda: ext.get("/plan")["services"].get(f"{namespace}/valued-svc"), 20,
                        "the Deployment in the plan")
         assert svc["priority"] == 4.0, svc  # the PriorityClass's 5000, as for its pods

@@ -702,8 +702,9 @@ def test_a_service_on_a_node_gone_not_ready_keeps_its_replica_count(
     ext = serve()
     core.create_namespaced_config_map(ns, {"metadata": {"name": "chat-demand"},
                                            "data": {"curve": "[2]"}})
-    apps.create_namespaced_deployment(ns, objects.inference_deployment("chat", {
-        "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "1"}))
+    apps.create_namespaced_deployment(ns, client.V1Deployment.model_validate(
+        objects.inference_deployment("chat", {
+            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "1"})))
 
     def serving() -> list[str]:
         pods = core.list_namespaced_pod(ns, label_selector="app=chat").items

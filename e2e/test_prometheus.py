@@ -150,9 +150,10 @@ def test_the_charts_alert_fires_when_a_service_falls_below_its_objective(
     try:
         core.create_namespaced_config_map(namespace, {
             "metadata": {"name": "chat-demand"}, "data": {"curve": "[2]"}})
-        apps.create_namespaced_deployment(namespace, objects.inference_deployment("chat", {
-            "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
-            "gpuroster.io/service-level": "0.99"}))
+        apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(
+            objects.inference_deployment("chat", {
+                "gpuroster.io/demand-configmap": "chat-demand", "gpuroster.io/max-swap": "4",
+                "gpuroster.io/service-level": "0.99"})))
         with running_prometheus(cluster, tmp_path,
                                 {"gpuroster": f"127.0.0.1:{cluster.extender_port}"},
                                 {"groups": rule["spec"]["groups"]}) as url:

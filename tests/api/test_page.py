@@ -11,7 +11,8 @@ EVIL = "ns/<script>alert(1)</script>"
 
 def view(**over: Any) -> dict[str, Any]:
     grid: list[list[str | None]] = [["ns/a", "ns/a", "ns/b", None] for _ in range(4)]
-    grid += [["ns/chat", "ns/chat", "ns/chat", "ns/chat"]] + [[None] * 4 for _ in range(2)]
+    grid += [["ns/chat", "ns/chat", "ns/chat", "ns/chat"]]
+    grid += [[None] * 4 for _ in range(2)]
     grid += [["(unavailable)"] * 4]
     v: dict[str, Any] = {
         "shadow": True, "step": 7, "step_seconds": 3600.0, "step_start": 1_700_000_000.0,

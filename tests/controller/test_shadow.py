@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -73,9 +74,10 @@ def test_the_shadow_client_refuses_every_write() -> None:
     refused: list[str] = []
     ro = kube.ReadOnly(fake, on_write=refused.append)
     assert ro.list("pods", None)[0][0]["metadata"]["name"] == "p"
-    writes = [lambda: ro.bind("ns", "p", None, "n"), lambda: ro.patch_pod("ns", "p", {}),
-              lambda: ro.patch_pod_status("ns", "p", {}), lambda: ro.create_event("ns", {}),
-              lambda: ro.scale("ns", "d", 1), lambda: ro.evict("ns", "p")]
+    writes: list[Callable[[], object]] = [
+        lambda: ro.bind("ns", "p", None, "n"), lambda: ro.patch_pod("ns", "p", {}),
+        lambda: ro.patch_pod_status("ns", "p", {}), lambda: ro.create_event("ns", {}),
+        lambda: ro.scale("ns", "d", 1), lambda: ro.evict("ns", "p")]
     for w in writes:
         with pytest.raises(kube.ApiError, match="shadow mode"):
             w()

@@ -41,12 +41,14 @@ def test_headroom_tightens_once_the_forecast_is_right_for_a_window() -> None:
 
 
 def test_headroom_is_the_least_that_would_have_delivered_the_objective() -> None:
-    demand = np.array([10.0, 10.0, 10.0, 10.0])
-    told = np.array([10.0, 10.0, 10.0, 6.0])  # one step short by 4 of 40 GPU-steps
-    unit = np.ones(4)
-    assert headroom.smallest(demand, told, unit, demand - told, 0.9) == 0.0  # 36/40 already
-    assert headroom.smallest(demand, told, unit, np.array([1.0, 2.0, 3.0, 4.0]), 0.95) == 2.0
-    assert headroom.smallest(demand, told, unit, np.array([1.0, 4.0]), 0.99) == 4.0
+    # Plain lists, as curve() passes them (smallest takes sequences of floats).
+    demand = [10.0, 10.0, 10.0, 10.0]
+    told = [10.0, 10.0, 10.0, 6.0]  # one step short by 4 of 40 GPU-steps
+    unit = [1.0] * 4
+    short = [d - t for d, t in zip(demand, told, strict=True)]
+    assert headroom.smallest(demand, told, unit, short, 0.9) == 0.0  # 36/40 already
+    assert headroom.smallest(demand, told, unit, [1.0, 2.0, 3.0, 4.0], 0.95) == 2.0
+    assert headroom.smallest(demand, told, unit, [1.0, 4.0], 0.99) == 4.0
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0, -0.1, 1.5, float("nan"), True, "0.9"])

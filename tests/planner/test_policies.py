@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from extender import scenarios
 from extender.optimizing import bound
-from extender.planner import blocks, legality, metrics, model, policies, simulating
+from extender.planner import allocating, blocks, legality, metrics, model, policies, simulating
 from extender.planner import scenario as scenario_doc
 from tests.builders import scenario
 
@@ -169,6 +169,7 @@ def test_no_starvation_low_priority_starts_within_the_bound() -> None:
         }
     )
     pol = policies.create("gpuroster")
+    assert isinstance(pol, allocating.Gpuroster)  # for its options below
     run = simulating.simulate(s, pol)
     start, _ = run.starts["low"]
     bound = pol.options.max_wait_steps + 3  # wait cap + the longest estimate ahead of it
@@ -266,7 +267,7 @@ def _whole_cluster_job_beside_a_service(priority: float, **options: object) -> m
     return plan
 
 
-def _wide_job_against_a_stream(drain: bool = True) -> tuple[simulating.Result, int]:
+def _wide_job_against_a_stream(drain: bool = True) -> tuple[simulating.Run, int]:
     # One node of 8; "chat" wants 3 GPUs every step (swap cap 2), so no 8-GPU block is
     # ever left beside its curve and only a trade starts "wide" (priority 20: 160 a step
     # against 3 GPUs short at 8 x 2 = 48). A 1-GPU job of 6 steps arrives every step, so
@@ -285,6 +286,7 @@ def _wide_job_against_a_stream(drain: bool = True) -> tuple[simulating.Result, i
 
 def test_a_job_only_a_trade_starts_does_not_starve_behind_a_stream_of_small_work() -> None:
     pol = policies.create("gpuroster")
+    assert isinstance(pol, allocating.Gpuroster)  # for its options below
     run, came = _wide_job_against_a_stream()
     start, block = run.starts["wide"]
     # Past the wait cap it trades at the first step a block frees: the small jobs that
@@ -310,6 +312,7 @@ def test_a_starving_job_that_fits_only_in_troughs_is_not_pushed_out_of_them() ->
         b.job(f"small-{t:03d}", gpus=1, d=5, arrival=t, priority=9)
     s = b.build()
     pol = policies.create("gpuroster")
+    assert isinstance(pol, allocating.Gpuroster)  # for its options below
     run = simulating.simulate(s, pol)
     legality.check(s, run.grid)
     start, _ = run.starts["wide"]

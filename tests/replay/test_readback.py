@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes import client as k8s
 
 from extender.adapter import annotations as ann
@@ -86,12 +88,13 @@ class _Patches:
     def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> object:
         return k8s.V1PodList(items=self.pods)
 
-    def patch_namespaced_pod(self, name: str, namespace: str, body: dict) -> None:
+    def patch_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any]) -> None:
         self.patched[name] = body["metadata"]["annotations"][world.SIMULATED_RUNTIME]
 
 
 def _admitted_pod(job: str, step: int) -> k8s.V1Pod:
     p = _job_pod(job, "bench-node-0:0-0")
+    assert p.metadata is not None and p.metadata.annotations is not None  # _job_pod sets both
     p.metadata.annotations[ann.ADMITTED_AT] = f"1970-01-01T00:00:{10 * step + 1:02d}Z"
     return p
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from extender.planner import legality, metrics
+from extender.planner import legality, metrics, model
 from extender.replay import readback, world
 from extender.replay.peers import kueue, stock
 from tests.builders import scenario
@@ -28,7 +28,7 @@ def _sample(t: int, jobs: dict[str, list[tuple[str, str]]],
 
 def _rebuild(s: object, samples: list[readback.Sample]) -> tuple[readback.Rebuilt, list[str]]:
     notes: list[str] = []
-    assert isinstance(s, kueue.model.Scenario)
+    assert isinstance(s, model.Scenario)
     return readback.rebuild_from_pods(s, samples, notes), notes
 
 

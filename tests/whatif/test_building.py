@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 
 from extender import config
@@ -69,10 +71,17 @@ def test_a_job_that_waited_and_one_still_running_keep_their_steps() -> None:
     assert any("long: still running at the window's end" in n for n in r.notes)
 
 
+# pod()'s **kw for the test below: with its keys named, mypy sees that none of them is
+# one of pod()'s typed keywords (a plain dict[str, str] might be `gpus` or `end`).
+Annotations = TypedDict("Annotations", {
+    "gpuroster.io_gang": str, "gpuroster.io_gang_size": str, "gpuroster.io_priority": str,
+    "gpuroster.io_workload": str, "gpuroster.io_expected_duration": str})
+
+
 def test_annotations_give_gang_priority_type_and_estimate() -> None:
-    kw = {"gpuroster.io_gang": "g", "gpuroster.io_gang_size": "2",
-          "gpuroster.io_priority": "high", "gpuroster.io_workload": "quantization",
-          "gpuroster.io_expected_duration": "150m"}
+    kw: Annotations = {"gpuroster.io_gang": "g", "gpuroster.io_gang_size": "2",
+                       "gpuroster.io_priority": "high", "gpuroster.io_workload": "quantization",
+                       "gpuroster.io_expected_duration": "150m"}
     r = build(pod("p0", gpus=2, **kw), pod("p1", gpus=2, **kw))
     (j,) = r.scenario.jobs
     assert (j.name, j.gpus, j.type, j.priority, j.estimate_steps) == ("g", 4, "quantization",
