@@ -129,26 +129,33 @@ def service_curve(
 
 
 def headroom_last(inp: model.PlanInput, used_now: int, targets: dict[str, int],
-                   forecast: dict[str, int]) -> dict[str, int]:
+                  forecast: dict[str, int]) -> dict[str, int]:
     """`targets` cut to the GPUs the services can hold at step now (idle, or theirs
     and no job's), taking headroom (a target over its forecast now) first, a GPU at a
     time from the service with the most, the lowest priority on a tie: when a job
     planned on GPUs the services' curves grew into since holds them, one service's
-    headroom must not take the GPUs another's forecast needs."""
-    pool = ((1 << inp.cluster.gpus) - 1) & ~used_now
-    over = sum(targets.values()) - pool.bit_count()
-    if over <= 0:
-        return targets
+    headroom must not take the GPUs another's forecast needs.
+
+    Counted per set of nodes services are limited to (a node selector), the smallest
+    first, then over the cluster: services that share a few nodes give way to each
+    other's forecast there, even with GPUs to spare elsewhere."""
+    c = inp.cluster
+    full = (1 << c.gpus) - 1
+    pool = full & ~used_now
     out = dict(targets)
     by_name = {v.name: v for v in inp.services}
-    while over > 0:
-        name = max(out, key=lambda n: (out[n] - forecast[n], -by_name[n].priority, n))
-        extra = out[name] - forecast[name]
-        if extra <= 0:
-            break
-        take = min(over, by_name[name].unit, extra)
-        out[name] -= take
-        over -= take
+    allowed = {v.name: v.allowed(c) for v in inp.services}
+    for mask in sorted(set(allowed.values()) | {full}, key=lambda m: (m.bit_count(), m)):
+        inside = [n for n in out if not allowed[n] & ~mask]  # limited to these nodes
+        over = sum(out[n] for n in inside) - (pool & mask).bit_count()
+        while over > 0:
+            name = max(inside, key=lambda n: (out[n] - forecast[n], -by_name[n].priority, n))
+            extra = out[name] - forecast[name]
+            if extra <= 0:
+                break
+            take = min(over, by_name[name].unit, extra)
+            out[name] -= take
+            over -= take
     return out
 
 

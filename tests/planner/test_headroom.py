@@ -399,3 +399,25 @@ def test_one_services_headroom_never_takes_the_gpus_anothers_forecast_needs() ->
     roomy = allocating.Gpuroster().plan(replace(inp, running=()))
     assert len(roomy.service_gpus["alpha"]) > 2 and len(roomy.service_gpus["beta"]) == 2
     assert 0 < roomy.headroom["alpha"] <= len(roomy.service_gpus["alpha"]) - 2
+
+
+def test_services_sharing_a_node_give_way_to_each_others_forecast_there() -> None:
+    """Node 0 (GPUs 0-3) is the only one "alpha" and "beta" may use, node 1 sits idle:
+    alpha (placed first) wants its forecast of 2 and headroom above it, beta its forecast
+    of 2. Over the cluster there is room for both; on their node there is not, so alpha's
+    headroom gives way there."""
+    alpha = model.ServiceState("alpha", 5.0, 4, tuple([2] * 48), past_demand=(4,) * 24,
+                               past_forecast=(2,) * 24, current_gpus=frozenset({2, 3}),
+                               nodes=frozenset({0}))
+    beta = model.ServiceState("beta", 5.0, 4, tuple([2] * 48), past_demand=(2,) * 24,
+                              past_forecast=(2,) * 24, nodes=frozenset({0}))
+    inp = model.PlanInput(24, model.Cluster(2, 4), 24, (), (), (alpha, beta), frozenset(), 24)
+    assert servicing.service_curve(alpha, 24, 24, 24, 0.7)[0] > 2  # alpha has headroom
+    plan = allocating.Gpuroster().plan(inp)
+    assert plan.service_gpus["beta"] == frozenset({0, 1})
+    assert plan.service_gpus["alpha"] == frozenset({2, 3})
+    assert plan.headroom == {"alpha": 0, "beta": 0}
+    # Free to use node 1 too, alpha keeps its headroom there.
+    free = allocating.Gpuroster().plan(replace(inp, services=(
+        replace(alpha, nodes=None), beta)))
+    assert len(free.service_gpus["alpha"]) > 2 and len(free.service_gpus["beta"]) == 2
