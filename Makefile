@@ -1,6 +1,6 @@
 # One way to run everything; .ci/run calls `make test`.
 #
-#   make test            build (or reuse) the control plane, venv, unit + e2e tests
+#   make test            build (or reuse) the control plane, venv, chromium, unit + e2e tests
 #   make test-unit       unit tests only (no cluster)
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
@@ -33,7 +33,7 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status test test-unit test-e2e lint demo bench bench-slo bench-cluster bench-peers
+        cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-cluster bench-peers
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -72,14 +72,18 @@ cluster-status:
 test-unit: venv
 	$(PYTEST) -m 'not e2e' tests
 
-test-e2e: venv cluster-bin
+test-e2e: venv cluster-bin browser
 	run=$$(date +%s)-$$$$; rc=0; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
 	$(GPUROSTER) cluster leftovers --run-id $$run || rc=1; \
 	exit $$rc
 
+# Debian's chromium for the plan page's browser test, installed with apt-get when missing.
+browser:
+	bash e2e/chromium.sh
+
 # Everything; fails on any failure, after running all of it.
-test: venv cluster-bin
+test: venv cluster-bin browser
 	run=$$(date +%s)-$$$$; rc=0; \
 	( $(LINT) ) || rc=$$?; \
 	$(PYTEST) -m 'not e2e' tests || rc=$$?; \
