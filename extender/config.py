@@ -71,7 +71,7 @@ class Settings:
     # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
     # 1-3 h a forecast from the same hours a day or week earlier misses the peak by.
     peak_shift_hours: float = 3.0
-    # Until a service has two days of its own forecast error, a forecast that zigzags (a
+    # Until a service has four days of its own forecast error, a forecast that zigzags (a
     # copy of past demand) stands in with its jitter: its departures from its running
     # median over this many hours each side. 0: off (a forecast that zigzags on purpose).
     stand_in_hours: float = 2.0
@@ -224,7 +224,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.995)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
-    ("stand_in_hours", float, "until a service has two days of forecast error, a forecast that "
+    ("stand_in_hours", float, "until a service has four days of forecast error, a forecast that "
      "zigzags stands in with its departures from its running median over this many hours "
      "each side (2; 0: off)"),
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "

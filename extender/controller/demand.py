@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from extender import config
 from extender.adapter import annotations as ann
 from extender.adapter import prometheus, snapshot
-from extender.planner import forecasting
+from extender.planner import forecasting, servicing
 
 HISTORY_KEEP = 7 * 24 * 4  # steps of past demand handed to the planner, at most
 
@@ -102,12 +102,14 @@ class Reader:
         except ValueError as e:
             raise ann.AnnotationError(f"demand history: {e}") from None
         out = tuple(whole(v) for v in f.values), tuple(history[-HISTORY_KEEP:])
-        # What the forecaster said for the last two days, one step ahead: beside the
-        # history, the error the planner sizes the service's headroom on. Once a step
-        # (a few ms: the round may run several times a step).
+        # What the forecaster said for the last days, one step ahead: beside the history,
+        # the error the planner sizes the service's headroom on (as many days as a copied
+        # forecast's, `servicing.COPY_WINDOWS`). Once a step (20 ms for two days at
+        # 15-minute steps, 41 for four: the round may run several times a step).
         if self._replayed.get(sv.spec.name) != step:
             self._past_forecasts[sv.spec.name] = tuple(
-                float(whole(v)) for v in forecasting.replay(history, 2 * spd, spd))
+                float(whole(v)) for v in forecasting.replay(
+                    history, servicing.COPY_WINDOWS * spd, spd))
             self._replayed[sv.spec.name] = step
         self._forecasts = {k: v for k, v in self._forecasts.items() if k[1] >= step - 1}
         self._forecasts[(sv.spec.name, step)] = out

@@ -102,13 +102,15 @@ class Options:
     # at service level 97.6 -> 98.4% (`bench/slo.py`; 2026-12-04). 0: off.
     shift_hours: float = 3.0
     evidence: float = 1.0
-    # Until a service has two days of its own history, its forecast's jitter tops it up
-    # (`headroom.jitter`, `servicing.service_room`): a forecast that zigzags (and is no pattern
-    # shorter than a day written out again) is a copy of past demand, whose noise
-    # today's demand will have too (and whose headroom stays sized on two days of error
-    # after; 0 turns that off too). Its level: the running median over this many hours
-    # each side (2: a burst of an hour or two is jitter). A forecast that never zigzags
-    # stands in for nothing, so the seven files plan exactly as without it. At 0.99
+    # Until a service has four days of its own history (`servicing.COPY_WINDOWS` error
+    # windows), its forecast's jitter tops it up (`headroom.jitter`,
+    # `servicing.service_room`): a forecast that zigzags (and is no pattern shorter than a
+    # day written out again) is a copy of past demand, whose noise today's demand will
+    # have too (and whose headroom stays sized on four days of error after; 0 turns that
+    # off too; two days until 2026-12-05, the figures below). Its level: the running
+    # median over this many hours each side (2: a burst of an hour or two is jitter). A
+    # forecast that never zigzags stands in for nothing, so the seven files plan exactly
+    # as without it. With two days, at 0.99
     # (`bench/slo.py`, 2026-12-04): day-earlier family under fifo's service level 21 ->
     # 5 of 40, service level 98.32 -> 99.45% (fifo 98.61%), value vs fifo +56.1 ->
     # +42.5%; 100 more day-earlier instances (seed 9000) 58 -> 18, 98.15 -> 99.31% (fifo

@@ -17,6 +17,10 @@ from collections.abc import Sequence
 
 from extender.planner import blocks, headroom, model, scaling
 
+# Windows of error a forecast that copies past demand is sized on (and topped up to by the
+# stand-in until it has them); a model's forecast has one. See `service_room`.
+COPY_WINDOWS = 4
+
 
 def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
     """The service's forecast over `length` steps, the daily pattern continued past its end."""
@@ -36,29 +40,33 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     learned over `timing_window` steps once `evidence` says when the peak comes), and
     headroom for the recent error against that (`headroom.curve`) at the service's
     objective (or `service_level` when it sets none), sized on the last
-    `error_window` steps of error, or on twice that for a forecast that copies past
-    demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn afresh
-    each day, not the episodes a model's forecast misses. Until such a service has
-    those two windows of history, the forecast's own jitter (`headroom.jitter`, a
+    `error_window` steps of error, or on `COPY_WINDOWS` times that for a forecast that
+    copies past demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn
+    afresh each day, not the episodes a model's forecast misses. Until such a service
+    has those windows of history, the forecast's own jitter (`headroom.jitter`, a
     running median over `stand_in` steps each side) tops it up."""
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand
-    # A copy's error window is two: a window of error is a window's worth of draws of the
-    # largest error, and the next passes it about once a window (a day of error alone left
-    # 45 of 100 day-earlier instances under fifo's service level, two 18 at 0.99; over
-    # four days 24 -> 17 of 40 at 0.995; `bench/slo.py`). A model's forecast keeps one: a
+    # A copy's error window is four: the largest error of the next window passes the
+    # largest of the last k about once in k + 1 windows (its draws are noise, afresh each
+    # day). A day of error alone left 45 of 100 day-earlier instances under fifo's service
+    # level, two 18 at 0.99; four instead of two (2026-12-05, at 0.995): 16 -> 6 of 40 over
+    # four days, 14 -> 7 of 40 over three, 15 -> 5 of 30 over five, for 3-11 points of their
+    # value gain (+65.7 -> +54.7% the most); two-day runs 7 -> 6 of 100 (value at least
+    # fifo's 99 -> 97, +41.1 -> +38.2%) and 3 of 40 either way; the family, the seven files
+    # and forecast-error unchanged (`bench/slo.py`). A model's forecast keeps one: a
     # launch night's miss held two days cost forecast-error 2368 -> 2346. Whether the
     # forecast is a copy is read on the forecast the service was told (`forecast`
     # continues it past its end, flat or by the day, and would add turns).
     n = min(len(pd), len(pf))
     look = min(2 * error_window, len(v.forecast))
     if stand_in and headroom.copied(forecast, look, timing_window):
-        error_window *= 2
+        error_window *= COPY_WINDOWS
     else:
         stand_in = 0
     sd: list[int] = []
     sf: list[int] = []
-    if stand_in and n < error_window:  # the stand-in history, short of two windows
+    if stand_in and n < error_window:  # the stand-in history, short of the copy's windows
         sd, sf = headroom.jitter(forecast, stand_in, error_window - n)
     early, late = headroom.span(v.past_demand, pf, forecast, tolerance, timing_window, evidence)
     if not (early or late or n or sd):

@@ -156,7 +156,7 @@ def _fresh(told: list[int]) -> model.ServiceState:
     return model.ServiceState("chat", 5.0, 8, tuple(told * 2), service_level=0.99)
 
 
-def test_until_two_days_are_seen_the_stand_in_tops_up_the_history() -> None:
+def test_until_the_copys_days_are_seen_the_stand_in_tops_up_the_history() -> None:
     jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
     told = jittery * 2
     fresh = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
@@ -164,32 +164,39 @@ def test_until_two_days_are_seen_the_stand_in_tops_up_the_history() -> None:
     assert servicing.service_room(_fresh(jittery), told, 0.99, 24) == [0] * 48  # off
     smooth = DAY * 2
     assert servicing.service_room(_fresh(smooth), smooth * 2, 0.99, 24, stand_in=2) == [0] * 48
-    # A day of its own history, the forecast right all day: the stand-in still counts (a
-    # day of draws is too few to size a 0.99 objective on), beside the day that had no
-    # error; two days: the stand-in is gone.
+    # Days of its own history, the forecast right all day: the stand-in still counts
+    # (a day or three of draws is too few to size a 0.99 objective on), beside the days
+    # that had no error; `COPY_WINDOWS` days: the stand-in is gone.
     def seen(days: int) -> model.ServiceState:
         return replace(_fresh(jittery), past_demand=tuple(jittery * days),
                        past_forecast=tuple(jittery * days))
 
+    assert servicing.COPY_WINDOWS == 4
     one = servicing.service_room(seen(1), told, 0.99, 24, stand_in=2)
-    assert min(one) > 0 and max(one) < max(fresh)
-    assert servicing.service_room(seen(2), told, 0.99, 24, stand_in=2) == [0] * 48
+    assert min(one) > 0 and max(one) <= max(fresh)
+    three = servicing.service_room(seen(3), told, 0.99, 24, stand_in=2)
+    assert min(three) > 0
+    assert servicing.service_room(seen(4), told, 0.99, 24, stand_in=2) == [0] * 48
 
 
-def test_a_copy_remembers_two_days_of_error_a_models_forecast_one() -> None:
-    # Three days of history whose only miss, a burst of 3 GPUs for two steps, came
-    # between one and two days ago. A forecast that copies past demand (it zigzags)
+def test_a_copy_remembers_four_days_of_error_a_models_forecast_one() -> None:
+    # Five days of history whose only miss, a burst of 3 GPUs for two steps, came
+    # between three and four days ago. A forecast that copies past demand (it zigzags)
     # still holds headroom for it; a model's forecast (it rises and falls) has
     # forgotten it, and so has the copy with the stand-in (and its window) turned off.
     jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
     smooth = DAY * 2
     for told, copy in ((jittery, True), (smooth, False)):
-        demand = list(told * 3)
-        demand[30:32] = [x + 3 for x in demand[30:32]]  # 42 and 41 steps before now
-        v = replace(_fresh(told), past_demand=tuple(demand), past_forecast=tuple(told * 3))
+        demand = list(told * 5)
+        demand[30:32] = [x + 3 for x in demand[30:32]]  # 90 and 89 steps before now
+        v = replace(_fresh(told), past_demand=tuple(demand), past_forecast=tuple(told * 5))
         on = servicing.service_room(v, told * 2, 0.99, 24, stand_in=2)
         assert (max(on) > 0) == copy, (copy, on)
         assert servicing.service_room(v, told * 2, 0.99, 24) == [0] * 48
+        # A day later (the burst 114 steps back), the copy has forgotten it too.
+        older = replace(v, past_demand=tuple(demand + list(told)),
+                        past_forecast=tuple(told * 6))
+        assert servicing.service_room(older, told * 2, 0.99, 24, stand_in=2) == [0] * 48
 
 
 def test_a_curve_repeated_and_continued_flat_stands_in_for_nothing() -> None:
