@@ -71,9 +71,10 @@ class Settings:
     # (at most an eighth of the horizon), then by the lag seen. 0: off. 3 by default: the
     # 1-3 h a forecast from the same hours a day or week earlier misses the peak by.
     peak_shift_hours: float = 3.0
-    # Until a service has four days of its own forecast error, a forecast that zigzags (a
-    # copy of past demand) stands in with its jitter: its departures from its running
-    # median over this many hours each side. 0: off (a forecast that zigzags on purpose).
+    # Until a service has four days of its own forecast error, a forecast that zigzags or
+    # turns at a single step three times (a copy of past demand) stands in with its
+    # jitter: its departures from its running median over this many hours each side.
+    # 0: off (a forecast that zigzags on purpose).
     stand_in_hours: float = 2.0
     # GPUs idle now that no job is planned on by the next step go to services whose
     # demand ran above their forecast in the last day, as spare replicas up to their
@@ -225,8 +226,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
     ("stand_in_hours", float, "until a service has four days of forecast error, a forecast that "
-     "zigzags stands in with its departures from its running median over this many hours "
-     "each side (2; 0: off)"),
+     "zigzags (or turns at a single step three times) stands in with its departures from its "
+     "running median over this many hours each side (2; 0: off)"),
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "
      "services whose demand ran above their forecast in the last day, as spare replicas up "
      "to their planned peak (true)"),

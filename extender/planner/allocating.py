@@ -104,12 +104,13 @@ class Options:
     evidence: float = 1.0
     # Until a service has four days of its own history (`servicing.COPY_WINDOWS` error
     # windows), its forecast's jitter tops it up (`headroom.jitter`,
-    # `servicing.service_room`): a forecast that zigzags (and is no pattern shorter than a
-    # day written out again) is a copy of past demand, whose noise today's demand will
-    # have too (and whose headroom stays sized on four days of error after; 0 turns that
-    # off too; two days until 2026-12-05, the figures below). Its level: the running
+    # `servicing.service_room`): a forecast that zigzags or turns at a single step three
+    # times (and is no pattern shorter than a day written out again) is a copy of past
+    # demand, whose noise today's demand will have too (and whose headroom stays sized on
+    # four days of error after; 0 turns that off too; two days until 2026-12-05, the
+    # figures below; single-step turns since then, README). Its level: the running
     # median over this many hours each side (2: a burst of an hour or two is jitter). A
-    # forecast that never zigzags stands in for nothing, so the seven files plan exactly
+    # forecast that does neither stands in for nothing, so the seven files plan exactly
     # as without it. With two days, at 0.99
     # (`bench/slo.py`, 2026-12-04): day-earlier family under fifo's service level 21 ->
     # 5 of 40, service level 98.32 -> 99.45% (fifo 98.61%), value vs fifo +56.1 ->

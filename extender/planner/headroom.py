@@ -76,12 +76,12 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
 def copied(forecast: Sequence[int], look: int, day: int) -> bool:
     """Whether `forecast` reads as a copy of past demand over its first `look` steps.
 
-    A forecast that zigzags is a copy of past demand (the same hours a day or a week
-    earlier, the operator's usual one), and the noise it copied is the size of the
-    noise today brings. A forecast that never zigzags within the pattern it repeats
-    (a model's: it rises and falls) is not; nor is a pattern shorter than a `day`
-    written out again and again (an operator's curve of a few steps: a copy of a day's
-    demand does not repeat within the day)."""
+    A forecast that zigzags, or turns at a single step three times (`_jitters`), is a
+    copy of past demand (the same hours a day or a week earlier, the operator's usual
+    one), and the noise it copied is the size of the noise today brings. A forecast that
+    does neither within the pattern it repeats (a model's: it rises and falls) is not;
+    nor is a pattern shorter than a `day` written out again and again (an operator's
+    curve of a few steps: a copy of a day's demand does not repeat within the day)."""
     seen = list(forecast[:look])
     period = _period(seen)
     return period >= day and _jitters(seen[:period])
@@ -105,11 +105,15 @@ def jitter(forecast: Sequence[int], half: int, count: int) -> tuple[list[int], l
 
 
 def _jitters(f: list[int]) -> bool:
-    """Whether the forecast zigzags somewhere: three moves in a row, each the other way
-    (up, down, up or down, up, down). A daily shape rises and falls, a single-step peak
-    included; copied noise turns at every other step."""
+    """Whether the forecast zigzags: three moves in a row, each the other way (up, down,
+    up or down, up, down), or a turn at a single step (a step above or below both its
+    neighbours) three times or more. A daily shape rises and falls, a single-step peak
+    and trough included; copied noise turns at every other step, and where it is a GPU or
+    two, a GPU up and back now and then (day-earlier copies on 8 GPUs turn so three times
+    in two days without ever zigzagging)."""
     d = [b - a for a, b in zip(f, f[1:], strict=False)]
-    return any(x * y < 0 and y * z < 0 for x, y, z in zip(d, d[1:], d[2:], strict=False))
+    turns = [x * y < 0 for x, y in zip(d, d[1:], strict=False)]
+    return sum(turns) >= 3 or any(map(operator.and_, turns, turns[1:]))
 
 
 def _period(f: list[int]) -> int:

@@ -135,6 +135,17 @@ def test_a_smooth_forecast_stands_in_for_nothing() -> None:
     assert headroom.jitter(jittery, 2, 0) == ([], [])  # a day seen: none wanted
 
 
+def test_a_copy_at_a_few_gpus_is_read_by_its_single_step_turns() -> None:
+    # Yesterday's demand at one to three GPUs: it never zigzags, but it goes a GPU up and
+    # back three times (steps 2, 12 and 18): a copy. A model's curve turns at a single
+    # step twice (its peak and its trough): not one.
+    told = [1, 1, 2, 1, 1, 1, 0, 0, 1, 1, 2, 2, 3, 2, 2, 2, 1, 1, 2, 1, 1, 0, 0, 0]
+    assert headroom.copied(told, 24, 12)
+    assert not headroom.copied([0, 1, 2, 3, 2, 1, 1, 1, 1, 1, 1, 1] * 2, 24, 12)
+    assert not headroom.copied([1, 0, 1, 1, 2, 3, 4, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+                                1, 1, 1, 1, 1, 1], 24, 12)
+
+
 def test_a_jittery_forecast_stands_in_with_its_noise_over_its_level() -> None:
     # Yesterday's demand copied as today's forecast: a burst of two steps and noise that
     # zigzags over a level of 4. Against its median over two steps each side, the burst and
