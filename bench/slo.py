@@ -11,7 +11,9 @@ value against fifo (mean change), and the two counts of issue #25's Done-when:
 instances where gpuroster's service level is more than 0.5 points below fifo's,
 and the share where its value is at least fifo's. Writes a plot of the trade.
 Then the same on a held-out family whose forecast is the same hours a day earlier
-(`wrongforecasts.day_earlier`, `--day-earlier N`).
+(`wrongforecasts.day_earlier`, `--day-earlier N`). `--jobs trace --estimate-error 0.5
+--burst 0.5` shapes both families' jobs as real GPU pod logs are (mostly 1 GPU, bursts,
+estimates off).
 """
 
 from __future__ import annotations
@@ -198,10 +200,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--day-earlier", type=int, default=40, metavar="N",
                     help="instances of the held-out family whose forecast is the same hours a "
                     "day earlier (0: skip)")
+    ap.add_argument("--day-earlier-seed", type=int, default=7000, metavar="SEED",
+                    help="first seed of the day-earlier family")
+    ap.add_argument("--jobs", choices=("philly", "trace"), default="philly",
+                    help="the jobs' sizes: the Philly mix, or the shape of real GPU pod logs "
+                    "(90%% 1 GPU)")
+    ap.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
+                    help="lognormal error on the jobs' estimates (0: exact)")
+    ap.add_argument("--burst", type=float, default=0.0, metavar="SIGMA",
+                    help="lognormal factor on each step's arrival rate (0: smooth)")
     ap.add_argument("--out", type=Path, default=Path("out/bench-slo"))
     a = ap.parse_args(argv)
+    try:
+        shape = wrongforecasts.Jobs(a.jobs, a.estimate_error, a.burst)
+    except ValueError as e:
+        ap.error(str(e))
     t0 = time.perf_counter()
-    fam = [(s.name.split("-")[1], s) for s in wrongforecasts.family(a.count, a.seed, a.days)]
+    fam = [(s.name.split("-")[1], s)
+           for s in wrongforecasts.family(a.count, a.seed, a.days, jobs=shape)]
     shipped = [("shipped", scenarios.load(scenarios.builtin_dir() / f"{n}.yaml"))
                for n in scenarios.builtin_names()]
     family_out = run(fam)
@@ -216,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(family_out + shipped_out, "both"))
     if a.day_earlier:
         held = run([("day-earlier", s)
-                    for s in wrongforecasts.day_earlier(a.day_earlier, days=a.days)])
+                    for s in wrongforecasts.day_earlier(a.day_earlier, a.day_earlier_seed,
+                                                        a.days, jobs=shape)])
         print()
         print(table(held, "held out: forecast = the same hours a day earlier"))
     print(f"\nplot: {plot(family_out, a.out / 'slo.png')}  ({time.perf_counter() - t0:.0f} s)")

@@ -93,6 +93,23 @@ def test_the_family_is_seeded_and_its_forecasts_are_wrong() -> None:
         wrongforecasts.instance(7, "low", days=0)
 
 
+def test_both_families_take_the_jobs_shape_of_real_pod_logs() -> None:
+    shape = wrongforecasts.Jobs("trace", estimate_error=0.5, burst=0.5)
+    plain = wrongforecasts.day_earlier(4, seed=11)
+    # The default shape is the one the families always had: same scenarios, same names.
+    assert plain == wrongforecasts.day_earlier(4, seed=11, jobs=wrongforecasts.Jobs())
+    for made in (wrongforecasts.day_earlier(4, seed=11, jobs=shape),
+                 wrongforecasts.family(5, seed=7, jobs=shape)):
+        jobs = [j for s in made for j in s.jobs]
+        assert all(s.name.endswith("-trace-est0.5-burst0.5") for s in made)
+        assert sum(j.gpus == 1 for j in jobs) > 0.8 * len(jobs)
+        assert sum(j.estimate_steps != j.duration_steps for j in jobs) > 0.5 * len(jobs)
+    assert all(j.estimate_steps == j.duration_steps for s in plain for j in s.jobs)
+    for bad in ({"mix": "alibaba"}, {"estimate_error": -0.1}, {"burst": float("nan")}):
+        with pytest.raises(ValueError, match="mix|estimate_error|burst"):
+            wrongforecasts.Jobs(**bad)
+
+
 def test_the_day_earlier_family_forecasts_each_step_with_the_demand_a_day_before() -> None:
     a = wrongforecasts.day_earlier(6, seed=11)
     assert a == wrongforecasts.day_earlier(6, seed=11)
