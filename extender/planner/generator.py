@@ -105,6 +105,9 @@ def generate(
     _check(0.0 <= service_share < 1.0, f"service_share must be in [0, 1), got {service_share}")
     _check(mix in MIXES, f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
     _check(burst >= 0.0, f"burst must be >= 0, got {burst}")
+    # (Written so that NaN fails too: a lognormal with a NaN sigma draws NaN durations.)
+    _check(estimate_error >= 0.0, f"estimate_error must be >= 0, got {estimate_error}")
+    _check(forecast_error >= 0.0, f"forecast_error must be >= 0, got {forecast_error}")
     cluster = model.Cluster(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node)
     rng = np.random.default_rng(seed)
     span = arrival_steps if arrival_steps is not None else duration_steps

@@ -156,8 +156,13 @@ def test_trace_mix_is_mostly_one_gpu_and_bursts_bunch_arrivals() -> None:
     assert generator.generate(64, 30, seed=7, burst=0.0) == generator.generate(64, 30, seed=7)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"mix": "alibaba"}, "mix must be one of"),
-                                                  ({"burst": -1.0}, "burst must be >= 0")])
-def test_bad_mix_or_burst(kwargs: dict[str, object], message: str) -> None:
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mix": "alibaba"}, "mix must be one of"),
+    ({"burst": -1.0}, "burst must be >= 0"),
+    ({"estimate_error": -0.5}, "estimate_error must be >= 0"),
+    ({"estimate_error": float("nan")}, "estimate_error must be >= 0"),
+    ({"forecast_error": -0.1}, "forecast_error must be >= 0"),
+])
+def test_bad_mix_burst_or_error(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         generator.generate(64, 10, seed=0, **kwargs)  # type: ignore[arg-type]
