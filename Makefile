@@ -9,6 +9,7 @@
 #   make bench           the seven scenarios in the simulator + plan-time scaling table
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
 #   make bench-slo       service level vs value: 100 wrong-forecast instances, the seven, 40 day-earlier (~1 min)
+#   make bench-steps     fifo, priority-easy, gpuroster at 60, 30 and 15-minute steps (~30 s)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
 #   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
@@ -33,7 +34,7 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-cluster bench-peers
+        cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-steps bench-cluster bench-peers
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -148,6 +149,9 @@ bench: venv
 # Full mode (CP-SAT) and the value upper bound (HiGHS) beside the fast plan.
 bench-slo: venv
 	$(PY) bench/slo.py --count 100 --out out/bench-slo
+
+bench-steps: venv
+	$(PY) bench/steps.py
 
 bench-full: venv
 	$(VENV)/bin/gpuroster bench --policies fifo,gpuroster --full --out out/bench-full

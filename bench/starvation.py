@@ -13,7 +13,8 @@ any block. It counts the wide jobs
 that should start: those that fit a trough beside the service's curve, or are
 worth the shortfall a trade causes at the default `realtime_penalty` (the
 others wait by the operator's price). Of those it lists the ones that started
-later than `max_wait_steps` + 30 steps after they came, or never.
+later than the starvation bound (`Options.wait_steps`, hourly steps) + 30 steps after
+they came, or never.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     variant: dict[str, object] = args.variant
     lo, _, hi = args.seeds.partition("-")
     options = allocating.Options(**variant)  # type: ignore[arg-type]
-    late_after = ARRIVAL + options.max_wait_steps + 30
+    late_after = ARRIVAL + options.wait_steps(24) + 30  # (its scenarios have hourly steps)
     counted = late = never = 0
     t0 = time.perf_counter()
     for seed in range(int(lo), int(hi or lo) + 1):

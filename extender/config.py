@@ -61,7 +61,11 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     prometheus_url: str = ""
     realtime_penalty: float = 8.0
-    max_wait_steps: int = 48  # the starvation bound: a job waiting this long is planned first
+    # The starvation bound: a job that has waited this many hours of planning time is
+    # planned first (the same wait at any step length); `max_wait_steps` > 0 gives it in
+    # steps instead (`allocating.Options.max_wait_hours`).
+    max_wait_hours: float = 48.0
+    max_wait_steps: int = 0
     # A service's objective when its Deployment sets no gpuroster.io/service-level: the
     # share of its demanded GPU-steps the headroom over its forecast is sized to cover
     # (why 0.995: `allocating.Options.service_level`).
@@ -163,8 +167,10 @@ def validate(s: Settings) -> None:
         raise bad("horizon_steps", f"must be >= 1, got {s.horizon_steps}")
     if s.realtime_penalty < 0:
         raise bad("realtime_penalty", f"must be >= 0, got {s.realtime_penalty}")
-    if s.max_wait_steps < 1:
-        raise bad("max_wait_steps", f"must be >= 1, got {s.max_wait_steps}")
+    if not (s.max_wait_hours > 0 and math.isfinite(s.max_wait_hours)):
+        raise bad("max_wait_hours", f"must be a positive number, got {s.max_wait_hours!r}")
+    if s.max_wait_steps < 0:
+        raise bad("max_wait_steps", f"must be >= 0, got {s.max_wait_steps}")
     if not (0.0 < s.service_level < 1.0):
         raise bad("service_level", f"must be a share of demand in (0, 1), got {s.service_level}")
     if not (s.peak_shift_hours >= 0 and math.isfinite(s.peak_shift_hours)):
@@ -219,8 +225,9 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "comma list of namespaces to manage (empty: all)"),
     ("prometheus_url", str, "Prometheus base URL for gpuroster.io/demand-query"),
     ("realtime_penalty", float, "cost of a real-time GPU-step short, x the service priority"),
-    ("max_wait_steps", int, "starvation bound: a job that has waited this many steps is "
-     "planned before all others"),
+    ("max_wait_hours", float, "starvation bound: a job that has waited this many hours is "
+     "planned before all others (48)"),
+    ("max_wait_steps", int, "the starvation bound in steps instead, when above 0 (0)"),
     ("service_level", float, "a service's objective when it sets no gpuroster.io/service-level: "
      "share of demanded GPU-steps the headroom over its forecast is sized for (0.995)"),
     ("peak_shift_hours", float, "hours a service's peak may come early or late: until its "

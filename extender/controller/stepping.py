@@ -97,7 +97,8 @@ class Controller:
     def _make_policy(self) -> policies.Policy:
         if self.settings.policy == "gpuroster":
             return policies.create("gpuroster", realtime_penalty=self.settings.realtime_penalty,
-                                   max_wait_steps=self.settings.max_wait_steps,
+                                   max_wait_hours=self.settings.max_wait_hours,
+                                   max_wait_steps=self.settings.max_wait_steps or None,
                                    service_level=self.settings.service_level,
                                    shift_hours=self.settings.peak_shift_hours,
                                    stand_in_hours=self.settings.stand_in_hours,

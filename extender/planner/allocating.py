@@ -18,13 +18,13 @@ Every re-plan builds the whole horizon, and only its first step is committed.
    and the services' curve still fits beside it, through the steps past the
    horizon too (no end-of-horizon myopia). Each placed job holds its block in
    the plan, so later jobs fill the holes it leaves (backfilling) without
-   delaying it; a job that waited longer than `max_wait_steps` goes first, so
+   delaying it; a job that waited longer than `max_wait_hours` goes first, so
    nothing starves that some stretch of the services' curve can hold. A job the
    curve never leaves room for starts now when a block is free and it is worth
    more than the real-time shortfall it causes, priced at `realtime_penalty`
    times the services' priority (the cheapest services first); one pass tries
    those trades before placing anything else, and the services' planned
-   counts show what a trade leaves them. Such a job past `max_wait_steps` does
+   counts show what a trade leaves them. Such a job past `max_wait_hours` does
    not starve either: it trades at the first step a block of it frees (work
    planned after it goes around that), and the services give up their GPUs in
    it ahead of time, at their swap cap. And a job that fits beside the curve
@@ -69,7 +69,15 @@ class Options:
     # curve a floor.
     realtime_penalty: float = 8.0
     decay: float = 0.03  # reward weight 1 / (1 + decay * k) for step now + k
-    max_wait_steps: int = 48  # past this (2 x a 24-step horizon) a job is placed first
+    # The starvation bound: a job that has waited this many hours is placed first (two days:
+    # two horizons of a day). In hours, so it bounds the same wait at any step length. As
+    # 48 steps it was 12 h at 15-minute steps, where starving jobs placed oldest first left
+    # gpuroster 8.1% under priority-easy's value (60 trace-shaped instances over two days;
+    # 12.5% on 30 of the Philly mix; 4.3% at 30-minute steps); in hours +1.3% over it
+    # (+1.6%; +0.7%). `bench/steps.py`, 2026-12-05. Hourly steps plan as before.
+    # `max_wait_steps`, when set, gives the bound in steps instead (`wait_steps`).
+    max_wait_hours: float = 48.0
+    max_wait_steps: int | None = None
     lookahead_cap: int = 96  # steps past now the capacity check looks at, at most
     error_memory: float = 0.7  # how fast a recent forecast miss fades with lead time
     # A service's objective when it sets none: headroom over its forecast covers the
@@ -134,7 +142,7 @@ class Options:
     fill_now: bool = True
     # One more when some job fits nowhere beside the services' curve: its trade first.
     trade_first: bool = True
-    # A job only a trade starts that waited past `max_wait_steps` trades at the first
+    # A job only a trade starts that waited past `max_wait_hours` trades at the first
     # step a block of it frees, instead of waiting for one free now.
     drain: bool = True
     # Work planned after a starving job ends this share of its own estimate (at least
@@ -153,6 +161,13 @@ class Options:
     # forecast is the same hours a day earlier lost a quarter of their shortfall at steps
     # where GPUs sat idle; `bench/slo.py`.)
     spare_fill: bool = True
+
+    def wait_steps(self, steps_per_day: int) -> int:
+        """The starvation bound in steps of a day of `steps_per_day`: `max_wait_steps`
+        when set, else `max_wait_hours` of steps (at least one)."""
+        if self.max_wait_steps is not None:
+            return self.max_wait_steps
+        return max(1, round(self.max_wait_hours * steps_per_day / 24))
 
 
 class _Job(NamedTuple):
@@ -209,7 +224,7 @@ class _Frame:
     ceiling: float  # the sum of the jobs' reach: no pass scores more
     groups: list[tuple[int, list[int]]]  # per node set of a limited service: its room
     shortable: list[tuple[float, list[int]]]  # (price a GPU-step, curve), cheapest first
-    starving: frozenset[str]  # waited past `max_wait_steps`: planned first
+    starving: frozenset[str]  # waited past `max_wait_hours`: planned first
     drain: frozenset[str]  # starving jobs only a trade starts: trade when a block frees
 
 
@@ -291,8 +306,9 @@ class Gpuroster:
         R = max(H, min(W - 1, int(H * o.reserve_factor)))
         locked = servicing.locks(inp, curves, R)
 
-        starving = [q for q in queue if now - q.arrival_step >= o.max_wait_steps]
-        rest = [q for q in queue if now - q.arrival_step < o.max_wait_steps]
+        bound = o.wait_steps(inp.steps_per_day)
+        starving = [q for q in queue if now - q.arrival_step >= bound]
+        rest = [q for q in queue if now - q.arrival_step < bound]
         starving.sort(key=_ARRIVAL)
         best = _Candidate()
         seen: set[tuple[str, ...]] = set()

@@ -12,7 +12,7 @@ def test_defaults() -> None:
     assert (s.policy, s.step_seconds, s.horizon_steps, s.port) == ("gpuroster", 3600.0, 24, 8888)
     assert s.priority_classes == {"critical": 8, "high": 4, "normal": 2, "low": 1}
     assert s.namespaces == ()
-    assert s.max_wait_steps == 48
+    assert (s.max_wait_hours, s.max_wait_steps) == (48.0, 0)  # two days, at any step length
     assert s.service_level == 0.995
     assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
     assert s.stand_in_hours == 2.0
@@ -50,8 +50,10 @@ def test_env_and_flags() -> None:
     ({"GPUROSTER_DEFAULT_DURATIONS": '{"training": "later"}'}, "GPUROSTER_DEFAULT_DURATIONS"),
     ({"GPUROSTER_TLS_CERT_FILE": "/c"}, "GPUROSTER_TLS_CERT_FILE"),
     ({"GPUROSTER_LEADER_ELECT": "maybe"}, "GPUROSTER_LEADER_ELECT"),
-    ({"GPUROSTER_MAX_WAIT_STEPS": "0"}, "GPUROSTER_MAX_WAIT_STEPS"),
+    ({"GPUROSTER_MAX_WAIT_STEPS": "-1"}, "GPUROSTER_MAX_WAIT_STEPS"),
     ({"GPUROSTER_MAX_WAIT_STEPS": "2.5"}, "GPUROSTER_MAX_WAIT_STEPS"),
+    ({"GPUROSTER_MAX_WAIT_HOURS": "0"}, "GPUROSTER_MAX_WAIT_HOURS"),
+    ({"GPUROSTER_MAX_WAIT_HOURS": "nan"}, "GPUROSTER_MAX_WAIT_HOURS"),
     ({"GPUROSTER_SERVICE_LEVEL": "1"}, "GPUROSTER_SERVICE_LEVEL: must be a share"),
     ({"GPUROSTER_SERVICE_LEVEL": "0"}, "GPUROSTER_SERVICE_LEVEL"),
     ({"GPUROSTER_SERVICE_LEVEL": "99%"}, "GPUROSTER_SERVICE_LEVEL"),
@@ -118,6 +120,25 @@ def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
     ctl = stepping.Controller(s, fake, watching.Cache(fake))
     options = ctl._make_policy().options  # type: ignore[attr-defined]
     assert (options.max_wait_steps, options.realtime_penalty) == (6, 5.0)
+
+
+@pytest.mark.parametrize(("env", "steps"), [
+    ({}, 48),  # hourly steps: two days are 48 of them
+    ({"GPUROSTER_STEP_SECONDS": "900"}, 192),  # 15-minute steps: 192
+    ({"GPUROSTER_STEP_SECONDS": "2", "GPUROSTER_STEP_MINUTES": "15"}, 192),  # compressed
+    ({"GPUROSTER_STEP_SECONDS": "900", "GPUROSTER_MAX_WAIT_HOURS": "6"}, 24),
+    ({"GPUROSTER_STEP_SECONDS": "900", "GPUROSTER_MAX_WAIT_STEPS": "10"}, 10),  # steps win
+])
+def test_the_starvation_bound_is_hours_of_planning_time(env: dict[str, str], steps: int) -> None:
+    from extender.adapter import watching
+    from extender.controller import stepping
+    from tests.kubefake import FakeKube
+
+    fake = FakeKube()
+    s = config.load([], env=env)
+    ctl = stepping.Controller(s, fake, watching.Cache(fake))
+    options = ctl._make_policy().options  # type: ignore[attr-defined]
+    assert options.wait_steps(s.steps_per_day()) == steps
 
 
 @pytest.mark.parametrize(("argv", "env", "shadow"), [

@@ -132,6 +132,34 @@ def test_realtime_service_level_at_least_fifos(name: str) -> None:
         assert g >= 0.995
 
 
+def _starve(step_minutes: int, steps: int) -> model.Scenario:
+    """One low-priority 8-GPU job against a stream of high-priority 4-GPU work that could
+    fill the node forever, over `steps` steps of `step_minutes`."""
+    jobs = [{"name": "low", "type": "training", "gpus": 8, "duration_steps": 2,
+             "arrival_step": 0, "priority": 1}]
+    jobs += [{"name": f"hi-{i}", "type": "training", "gpus": 4, "duration_steps": 3,
+              "arrival_step": i, "priority": 8} for i in range(steps - 10)]
+    return scenario_doc.parse({
+        "version": 1, "name": "starve", "cluster": {"nodes": 1, "gpus_per_node": 8},
+        "step_minutes": step_minutes, "horizon_steps": 24 * 60 // step_minutes,
+        "duration_steps": steps, "jobs": jobs, "services": []})
+
+
+def test_the_starvation_bound_is_two_days_at_any_step_length() -> None:
+    # At 15-minute steps the bound is 192 steps (48 hours), not 48 (12 hours): past 12
+    # hours the low-priority job still waits behind more valuable work.
+    pol = policies.create("gpuroster")
+    assert isinstance(pol, allocating.Gpuroster)
+    assert (pol.options.wait_steps(24), pol.options.wait_steps(96)) == (48, 192)
+    run = simulating.simulate(_starve(15, 260), pol)
+    start, _ = run.starts["low"]
+    assert 48 + 3 < start <= 192 + 3, start
+    # In steps, as before: 48 of them.
+    run = simulating.simulate(_starve(15, 260), policies.create("gpuroster", max_wait_steps=48))
+    start, _ = run.starts["low"]
+    assert start <= 48 + 3, start
+
+
 def test_no_starvation_low_priority_starts_within_the_bound() -> None:
     # One low-priority job against a stream of high-priority work that could fill the
     # cluster forever.
@@ -172,7 +200,7 @@ def test_no_starvation_low_priority_starts_within_the_bound() -> None:
     assert isinstance(pol, allocating.Gpuroster)  # for its options below
     run = simulating.simulate(s, pol)
     start, _ = run.starts["low"]
-    bound = pol.options.max_wait_steps + 3  # wait cap + the longest estimate ahead of it
+    bound = pol.options.wait_steps(24) + 3  # wait cap + the longest estimate ahead of it
     assert start <= bound, f"low-priority job started at {start}, bound {bound}"
     skip = simulating.simulate(s, "priority-skip")
     assert "low" not in skip.starts  # the peer does starve it: the scenario really tests this
@@ -292,7 +320,7 @@ def test_a_job_only_a_trade_starts_does_not_starve_behind_a_stream_of_small_work
     # Past the wait cap it trades at the first step a block frees: the small jobs that
     # started before it end within their 6 steps, and the service gives up its 3 GPUs at
     # 2 a step ahead of the start.
-    assert start <= came + pol.options.max_wait_steps + 6 + 1, start
+    assert start <= came + pol.options.wait_steps(24) + 6 + 1, start
     assert block == model.Block(0, 8)
     # Waiting only for a block free now, it never starts: the scenario really tests this.
     run, _ = _wide_job_against_a_stream(drain=False)
@@ -316,7 +344,7 @@ def test_a_starving_job_that_fits_only_in_troughs_is_not_pushed_out_of_them() ->
     run = simulating.simulate(s, pol)
     legality.check(s, run.grid)
     start, _ = run.starts["wide"]
-    assert start <= 2 + pol.options.max_wait_steps + 24, start  # the first trough after
+    assert start <= 2 + pol.options.wait_steps(24) + 24, start  # the first trough after
     assert start % 24 < 6  # in a trough
 
 
