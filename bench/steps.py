@@ -7,7 +7,8 @@
 Production steps are 15 to 60 minutes (`--step-seconds` 900-3600); the seven scenarios
 are hourly. A setting counted in steps means another thing at every step length, so this
 runs generated instances (16, 32 and 64 GPUs in turn, four jobs a GPU over two days, the
-generator's services with forecasts off by a lognormal error of sigma 0.3) at each step
+generator's services with forecasts off by a lognormal error of sigma 0.3 at each step,
+`--forecast-error`) at each step
 length and prints per length the mean value change of gpuroster and of priority-easy
 against fifo, gpuroster's against priority-easy (and on how many it is at least
 priority-easy's), the mean real-time service level of each, and how many instances are
@@ -29,14 +30,15 @@ from extender.planner import allocating, generator, metrics, simulating
 SIZES = (16, 32, 64)
 
 
-def _one(job: tuple[int, int, str, float, float, dict[str, object]]
+def _one(job: tuple[int, int, str, float, float, float, dict[str, object]]
          ) -> tuple[list[float], list[float]]:
-    seed, minutes, mix, estimate_error, burst, variant = job
+    seed, minutes, mix, estimate_error, burst, forecast_error, variant = job
     gpus = SIZES[seed % len(SIZES)]
     per_day = 24 * 60 // minutes
     s = generator.generate(gpus, gpus * 4, seed, step_minutes=minutes,
                            duration_steps=2 * per_day, horizon_steps=per_day, mix=mix,
-                           burst=burst, estimate_error=estimate_error, forecast_error=0.3)
+                           burst=burst, estimate_error=estimate_error,
+                           forecast_error=forecast_error)
     values, levels = [], []
     for policy in ("fifo", "priority-easy", allocating.Gpuroster(**variant)):
         m = metrics.compute(s, simulating.simulate(s, policy).grid)
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sigma of the lognormal error on estimates (default 0.5)")
     p.add_argument("--burst", type=float, default=0.5,
                    help="sigma of the lognormal factor on arrival rates (default 0.5)")
+    p.add_argument("--forecast-error", type=float, default=0.3,
+                   help="sigma of the lognormal error on each step's forecast (default 0.3)")
     p.add_argument("--variant", default={}, type=parse_variant,
                    help="an allocating.Options field=value (Python literal) instead of the default")
     args = p.parse_args(argv)
@@ -78,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.seeds}")
     variant = f" {args.variant}" if args.variant else ""
     print(f"{len(seeds)} instances a step length ({args.mix} jobs, estimates off by sigma "
-          f"{args.estimate_error:g}, bursts {args.burst:g}){variant}")
+          f"{args.estimate_error:g}, bursts {args.burst:g}, forecasts off by sigma "
+          f"{args.forecast_error:g}){variant}")
     print("minutes  gpuroster/fifo  easy/fifo  gpuroster/easy  >=easy  service level g/easy/fifo"
           "  under fifo  seconds")
     with Pool(2) as pool:
         for m in minutes:
             t0 = time.perf_counter()
             rows = pool.map(_one, [(s, m, args.mix, args.estimate_error, args.burst,
-                                    args.variant) for s in seeds])
+                                    args.forecast_error, args.variant) for s in seeds])
             gain = statistics.fmean(100 * (v[2] / v[0] - 1) for v, _ in rows)
             easy = statistics.fmean(100 * (v[1] / v[0] - 1) for v, _ in rows)
             over = statistics.fmean(100 * (v[2] / v[1] - 1) for v, _ in rows)

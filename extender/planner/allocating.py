@@ -126,6 +126,18 @@ class Options:
     # 98.90%), +54.4 -> +43.5%; the family 2 either way (held out 5), value >= fifo's
     # on 97 (held out 98 -> 97). 0: off.
     stand_in_hours: float = 2.0
+    # Headroom never raises a service's plan above this many times the larger of its
+    # forecast's peak over the day ahead (what fifo reserves all day) and its demand's peak
+    # over the error window (`servicing.service_room`); 0: no cap. 1.2: the most a day-old
+    # forecast's peak grows by in a day (the day-earlier family draws 0-25%). Measured at
+    # 0.995 (2026-12-05): forecasts off by a lognormal sigma of 0.6 at every step 16.6% ->
+    # 10.2% under priority-easy's value at the same 100% service level (`bench/steps.py
+    # --minutes 60 --seeds 300-344 --forecast-error 0.6`; at 0.3 +2.1 -> +2.5% over it);
+    # trace-shaped day-earlier +18.8 -> +19.8% over fifo (priority-easy +19.3%); under
+    # fifo's service level as many or fewer on eight sets looked at before (day-earlier
+    # 3 -> 2 of 40), on six held out 9 -> 8, 9 -> 10, the rest as many; forecast-error
+    # 2366 -> 2363 (priority-skip 2361). At 1.0, multi-day runs lost service level (README).
+    headroom_cap: float = 1.2
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)
     migrate_steps: int = 12  # services move off blocks planned to start this soon
@@ -249,7 +261,7 @@ def service_rooms(inp: model.PlanInput, o: Options,
     return {
         v.name: servicing.service_room(v, told[v.name], o.service_level,
                                        o.error_window or spd, tolerance, spd, o.evidence,
-                                       round(o.stand_in_hours * spd / 24))
+                                       round(o.stand_in_hours * spd / 24), o.headroom_cap)
         for v in inp.services
     }
 

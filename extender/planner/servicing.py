@@ -34,7 +34,7 @@ def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]
 
 def service_room(v: model.ServiceState, forecast: list[int], service_level: float,
                  error_window: int, tolerance: int = 0, timing_window: int = 24,
-                 evidence: float = 1.0, stand_in: int = 0) -> list[int]:
+                 evidence: float = 1.0, stand_in: int = 0, cap: float = 0.0) -> list[int]:
     """GPUs over `forecast` the plan holds at each lead: for the peak's timing error
     (the forecast dilated by `headroom.span` steps ahead and back, at most `tolerance`,
     learned over `timing_window` steps once `evidence` says when the peak comes), and
@@ -44,7 +44,10 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     copies past demand (`headroom.copied`; `stand_in` > 0), whose error is noise drawn
     afresh each day, not the episodes a model's forecast misses. Until such a service
     has those windows of history, the forecast's own jitter (`headroom.jitter`, a
-    running median over `stand_in` steps each side) tops it up."""
+    running median over `stand_in` steps each side) tops it up. With `cap` > 0 the headroom
+    never raises the plan above `cap` times the larger of what a static reservation holds
+    there (the forecast's peak over the `timing_window` steps from each lead) and the
+    demand's peak over the error window."""
     pf: Sequence[int] = v.past_forecast
     pd: Sequence[int] = v.past_demand
     # A copy's error window is four: the largest error of the next window passes the
@@ -88,6 +91,15 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
         pf = sf + list(pf[len(pf) - n:])
     level = v.service_level if v.service_level is not None else service_level
     room = headroom.curve(wide, pd, pf, level, error_window)
+    if cap > 0.0 and any(room):
+        # Error sized on noise can ask for more than the service was ever told or seen to
+        # need: a forecast off by a lognormal sigma of 0.6 at each step put the plan a third
+        # above fifo's all-day reservation of the forecast's peak, at the same 100%.
+        seen = max(pd[len(pd) - error_window:], default=0)
+        peak = headroom.dilate(forecast, timing_window - 1, (), 0)  # the peak of each day ahead
+        room = [r if r <= 0 else min(r, max(0, math.ceil(cap * (p if p > seen else seen) - 1e-9)
+                                             - a))
+                for a, r, p in zip(wide, room, peak, strict=True)]
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
 
 

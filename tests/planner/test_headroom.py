@@ -456,3 +456,27 @@ def test_services_sharing_a_node_give_way_to_each_others_forecast_there() -> Non
     free = allocating.Gpuroster().plan(replace(inp, services=(
         replace(alpha, nodes=None), beta)))
     assert len(free.service_gpus["alpha"]) > 2 and len(free.service_gpus["beta"]) == 2
+
+
+def test_headroom_is_capped_by_the_larger_of_the_forecast_peak_and_the_demand_peak() -> None:
+    # A forecast that is the day's demand with noise on every step: its one burst of
+    # error (demand 8 where 2 was told) sizes 6 GPUs of headroom at every step, more than
+    # the day ever needed (demand's peak 10, the forecast's 10).
+    told = [2, 2, 3, 5, 8, 10, 10, 8, 5, 3, 2, 2] * 2
+    demand = list(told)
+    demand[1] = 8
+    v = model.ServiceState("chat", 5.0, 8, tuple(told * 2), service_level=0.99,
+                           past_demand=tuple(demand), past_forecast=tuple(told))
+    free = servicing.service_room(v, told * 2, 0.99, 24)
+    assert max(a + r for a, r in zip(told * 2, free, strict=True)) == 16  # the peak + 6
+    capped = servicing.service_room(v, told * 2, 0.99, 24, cap=1.2)
+    assert max(a + r for a, r in zip(told * 2, capped, strict=True)) == 12  # 1.2 x 10
+    assert capped[1] == free[1] > 0  # the troughs keep theirs
+    assert all(0 <= c <= f for c, f in zip(capped, free, strict=True))
+    # Demand seen above the forecast's peak raises the cap with it: a forecast 40% low
+    # all day keeps the headroom that covers it.
+    low = [round(x * 0.6) for x in told]
+    v = replace(v, forecast=tuple(low * 2), past_demand=tuple(told), past_forecast=tuple(low))
+    assert (servicing.service_room(v, low * 2, 0.99, 24, cap=1.2)
+            == servicing.service_room(v, low * 2, 0.99, 24))
+    assert allocating.Options().headroom_cap == 1.2
