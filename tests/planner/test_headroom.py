@@ -480,3 +480,20 @@ def test_headroom_is_capped_by_the_larger_of_the_forecast_peak_and_the_demand_pe
     assert (servicing.service_room(v, low * 2, 0.99, 24, cap=1.2)
             == servicing.service_room(v, low * 2, 0.99, 24))
     assert allocating.Options().headroom_cap == 1.2
+
+
+def test_a_service_placed_before_one_that_sheds_gets_the_gpu_it_gave_back() -> None:
+    """A job holds GPUs 0-1 of 4; "beta" holds 2-3 and its forecast falls to 1; "alpha"
+    (placed first: same priority, its name sorts first) has none and wants 1. The GPU beta
+    sheds goes to alpha this step, not to idle."""
+    busy = model.RunningJob("train", 2, model.Block(0, 2), 0, 40, 1.0)
+
+    def svc(name: str, held: set[int]) -> model.ServiceState:
+        return model.ServiceState(name, 8.0, 2, tuple([1] * 24), past_demand=(1,) * 5,
+                                  past_forecast=(1,) * 5, current_gpus=frozenset(held))
+
+    inp = model.PlanInput(5, model.Cluster(1, 4), 12, (), (busy,),
+                          (svc("alpha", set()), svc("beta", {2, 3})))
+    plan = allocating.Gpuroster().plan(inp)
+    assert (len(plan.service_gpus["alpha"]), len(plan.service_gpus["beta"])) == (1, 1)
+    assert not plan.service_gpus["alpha"] & plan.service_gpus["beta"]
