@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from e2e import accounts
-from e2e.test_helm import CHART, helm_binary
+from e2e.test_helm import CHART, helm_binary, wait_record_unguarded
 from extender.localcluster import Cluster, objects
 
 RELEASE = "vap"
@@ -48,6 +48,7 @@ def policy(cluster: Cluster, namespace: str, tmp_path: Path) -> Any:
         yield f"{RELEASE}-gpuroster"
     finally:  # cluster-scoped: it would refuse other tests' extenders (they run as admin)
         cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", check=False)
+        wait_record_unguarded(cluster.kubeconfig, namespace)
 
 
 def test_only_gpurosters_account_writes_the_admission_record(

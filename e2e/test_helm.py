@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from e2e import accounts
 from e2e.accounts import Access
@@ -98,7 +99,35 @@ class Helm:
                                  f"{result.stdout}\n{result.stderr}")
         if args[0] == "install" and not any(a.startswith("--dry-run") for a in args):
             self.installed.append((args[1], args[args.index("-n") + 1]))
+        if args[0] == "uninstall" and result.returncode == 0:
+            wait_record_unguarded(self.kubeconfig, args[args.index("-n") + 1])
         return result
+
+
+def wait_record_unguarded(kubeconfig: Path, namespace: str) -> None:
+    """Until the API server admits a pod in `namespace` that writes the admission record.
+    It enforces a deleted admission policy until its policy cache refreshes (about a
+    second after the object is gone): a test after one that uninstalled the chart, patching
+    the record as an admin, was refused by the policy it left."""
+    from kubernetes import client as k8s
+
+    api = accounts.client(kubeconfig)
+    core: Any = k8s.CoreV1Api(api)
+    probe = {"metadata": {"name": "record-probe",
+                          "annotations": {"gpuroster.io/block": "gpu-node-0:0-1"}},
+             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+    def admitted() -> bool:
+        try:
+            core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except ApiException as e:  # refused by the policy, or for another reason
+            return not (e.status == 403 and "written by gpuroster only" in str(e.body))
+        return True
+
+    try:
+        wait_for(admitted, 30, "the deleted admission policy to let go")
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -410,7 +439,6 @@ def test_extender_rbac_allows_exactly_what_the_code_uses(
 
     # The same verbs, really used with the token (what the controller does at commit).
     from kubernetes import client as k8s
-    from kubernetes.client.exceptions import ApiException
 
     admin: Any = cluster.core()
     admin_apps: Any = k8s.AppsV1Api(cluster.api())
