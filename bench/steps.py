@@ -30,15 +30,15 @@ from extender.planner import allocating, generator, metrics, simulating
 SIZES = (16, 32, 64)
 
 
-def _one(job: tuple[int, int, str, float, float, float, dict[str, object]]
+def _one(job: tuple[int, int, str, float, float, float, float, dict[str, object]]
          ) -> tuple[list[float], list[float]]:
-    seed, minutes, mix, estimate_error, burst, forecast_error, variant = job
+    seed, minutes, mix, estimate_error, burst, forecast_error, share, variant = job
     gpus = SIZES[seed % len(SIZES)]
     per_day = 24 * 60 // minutes
     s = generator.generate(gpus, gpus * 4, seed, step_minutes=minutes,
                            duration_steps=2 * per_day, horizon_steps=per_day, mix=mix,
                            burst=burst, estimate_error=estimate_error,
-                           forecast_error=forecast_error)
+                           forecast_error=forecast_error, service_share=share)
     values, levels = [], []
     for policy in ("fifo", "priority-easy", allocating.Gpuroster(**variant)):
         m = metrics.compute(s, simulating.simulate(s, policy).grid)
@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sigma of the lognormal factor on arrival rates (default 0.5)")
     p.add_argument("--forecast-error", type=float, default=0.3,
                    help="sigma of the lognormal error on each step's forecast (default 0.3)")
+    p.add_argument("--service-share", type=float, default=0.2,
+                   help="share of the cluster the services' peaks take (default 0.2)")
     p.add_argument("--variant", default={}, type=parse_variant,
                    help="an allocating.Options field=value (Python literal) instead of the default")
     args = p.parse_args(argv)
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in minutes:
             t0 = time.perf_counter()
             rows = pool.map(_one, [(s, m, args.mix, args.estimate_error, args.burst,
-                                    args.forecast_error, args.variant) for s in seeds])
+                                    args.forecast_error, args.service_share, args.variant)
+                                   for s in seeds])
             gain = statistics.fmean(100 * (v[2] / v[0] - 1) for v, _ in rows)
             easy = statistics.fmean(100 * (v[1] / v[0] - 1) for v, _ in rows)
             over = statistics.fmean(100 * (v[2] / v[1] - 1) for v, _ in rows)
