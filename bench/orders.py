@@ -48,8 +48,13 @@ def top_wait(m: metrics.Metrics) -> float:
 
 
 def parse_variant(text: str) -> dict[str, object]:
-    key, _, value = text.partition("=")
-    return {key.strip(): ast.literal_eval(value.strip())}
+    """`field=value` (a Python literal) for an `allocating.Options` field; an unknown field
+    or a missing `=` is an argparse error, not a TypeError later in a worker."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or key not in allocating.Options.__dataclass_fields__:
+        raise argparse.ArgumentTypeError(f"expected an Options field=value, got {text!r}")
+    return {key: ast.literal_eval(value.strip())}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,11 +19,12 @@ so each step length plans the same work.
 from __future__ import annotations
 
 import argparse
-import ast
 import statistics
 import sys
 import time
 from multiprocessing import Pool
+
+from orders import parse_variant  # bench/, the script's folder
 
 from extender.planner import allocating, generator, metrics, simulating
 
@@ -45,13 +46,6 @@ def _one(job: tuple[int, int, str, float, float, float, float, dict[str, object]
         values.append(m.value)
         levels.append(100.0 * m.realtime_service_level)
     return values, levels
-
-
-def parse_variant(text: str) -> dict[str, object]:
-    name, sep, value = text.partition("=")
-    if not sep or name not in allocating.Options.__dataclass_fields__:
-        raise argparse.ArgumentTypeError(f"expected an Options field=value, got {text!r}")
-    return {name: ast.literal_eval(value)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from extender import config
@@ -110,15 +112,20 @@ def test_priority_class_values_parse_and_are_checked() -> None:
         assert "GPUROSTER_PRIORITY_CLASS_VALUES" in str(e.value) and needle in str(e.value)
 
 
-def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
+def _planner_options(s: config.Settings) -> Any:
+    """The options of the policy the controller plans with under settings `s`."""
     from extender.adapter import watching
     from extender.controller import stepping
     from tests.kubefake import FakeKube
 
     fake = FakeKube()
-    s = config.load([], env={"GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_REALTIME_PENALTY": "5"})
     ctl = stepping.Controller(s, fake, watching.Cache(fake))
-    options = ctl._make_policy().options  # type: ignore[attr-defined]
+    return ctl._make_policy().options  # type: ignore[attr-defined]
+
+
+def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
+    s = config.load([], env={"GPUROSTER_MAX_WAIT_STEPS": "6", "GPUROSTER_REALTIME_PENALTY": "5"})
+    options = _planner_options(s)
     assert (options.max_wait_steps, options.realtime_penalty) == (6, 5.0)
 
 
@@ -130,15 +137,8 @@ def test_the_controller_plans_with_the_configured_starvation_bound() -> None:
     ({"GPUROSTER_STEP_SECONDS": "900", "GPUROSTER_MAX_WAIT_STEPS": "10"}, 10),  # steps win
 ])
 def test_the_starvation_bound_is_hours_of_planning_time(env: dict[str, str], steps: int) -> None:
-    from extender.adapter import watching
-    from extender.controller import stepping
-    from tests.kubefake import FakeKube
-
-    fake = FakeKube()
     s = config.load([], env=env)
-    ctl = stepping.Controller(s, fake, watching.Cache(fake))
-    options = ctl._make_policy().options  # type: ignore[attr-defined]
-    assert options.wait_steps(s.steps_per_day()) == steps
+    assert _planner_options(s).wait_steps(s.steps_per_day()) == steps
 
 
 @pytest.mark.parametrize(("argv", "env", "shadow"), [
