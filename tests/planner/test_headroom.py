@@ -482,6 +482,18 @@ def test_headroom_is_capped_by_the_larger_of_the_forecast_peak_and_the_demand_pe
     assert allocating.Options().headroom_cap == 1.2
 
 
+def test_while_the_stand_in_fills_the_window_its_peak_counts_as_demand_seen() -> None:
+    # A fresh service told a copy (it zigzags) whose burst is 9: the stand-in's burst is
+    # 4 + sqrt(2) x 5 = 11, and the cap is 1.2 x 11 = 14 GPUs, not 1.2 x the forecast's 9.
+    jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
+    told = jittery * 2
+    assert max(headroom.jitter(told, 2, 96)[0]) == 11
+    free = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
+    capped = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2, cap=1.2)
+    assert max(a + r for a, r in zip(told, free, strict=True)) == 16
+    assert max(a + r for a, r in zip(told, capped, strict=True)) == 14
+
+
 def test_a_service_placed_before_one_that_sheds_gets_the_gpu_it_gave_back() -> None:
     """A job holds GPUs 0-1 of 4; "beta" holds 2-3 and its forecast falls to 1; "alpha"
     (placed first: same priority, its name sorts first) has none and wants 1. The GPU beta
