@@ -65,11 +65,15 @@ def violations(
                 f"contiguous block of {j.gpus}"
             )
             continue
-        for t in steps:
-            now = np.flatnonzero(grid[:, t] == i)
-            if len(now) != size or int(now[0]) != lo:
-                out.append(f"{j.name}: block moved or changed size at step {int(t)}")
-                break
+        # The same block at every step, whole: every cell of the job lies inside the
+        # first step's block and there are `size` of them per step (one compare over
+        # the cells already found; the steps are walked only to name a broken one).
+        rows = cells[:, 0]
+        if len(cells) != size * len(steps) or rows.min() < lo or rows.max() >= lo + size:
+            for t in steps:
+                if not np.array_equal(np.flatnonzero(grid[:, t] == i), first):
+                    out.append(f"{j.name}: block moved or changed size at step {int(t)}")
+                    break
     for k, v in enumerate(s.services):
         if churn is not None:
             for t, n in enumerate(churn.get(v.name, ())):

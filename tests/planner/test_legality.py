@@ -46,6 +46,8 @@ CASES = {
     "before arrival": (only(g0="aa..", g1="aa.."), "before its arrival"),
     "paused": (only(g0=".a.a", g1=".a.a"), "must run"),
     "moved": (only(g0=".a..", g1=".aa.", g2="..a."), "moved"),
+    # same size and lowest GPU, one GPU changed: {0, 1} then {0, 2}
+    "one gpu changed": (only(g0=".aa.", g1=".a..", g2="..a."), "moved"),
     "too short": (only(g0=".a..", g1=".a.."), "must run"),
     "split block": (only(g0=".aa.", g2=".aa."), "not a legal contiguous block"),
     "across nodes": (only(g3=".aa.", g4=".aa."), "not a legal contiguous block"),
@@ -62,6 +64,19 @@ def test_each_broken_rule_is_caught(case: str) -> None:
         assert any(expect in v for v in found), found
     with pytest.raises(legality.IllegalGrid):
         legality.check(S, grid(rows))
+
+
+def test_a_job_keeps_its_whole_block_at_every_step() -> None:
+    # MODEL.md rule 2: {0,1,2,3} at step 0, {0,1,2,5} at step 1 is a move, though the
+    # count and the lowest GPU stay the same.
+    s = scenario().nodes(1, 8).window(2).job("j", gpus=4, d=2).build()
+    named: list[list[str | None]] = [[None, None] for _ in range(8)]
+    for gpu in (0, 1, 2, 3):
+        named[gpu][0] = "j"
+    for gpu in (0, 1, 2, 5):
+        named[gpu][1] = "j"
+    g, _ = metrics.index_grid(s, named)
+    assert legality.violations(s, g) == ["j: block moved or changed size at step 1"]
 
 
 def test_job_running_past_the_window_is_legal() -> None:
