@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -295,7 +296,7 @@ def main(argv: Sequence[str]) -> int:
         return clusterbench.main(args)
     try:
         paths = [scenarios.resolve(n) for n in (args.scenarios or scenarios.builtin_names())]
-        loaded = [scenarios.load(p) for p in paths]  # all validated before anything runs
+        loaded = scenarios.load_all(paths)  # all validated before anything runs
     except scenarios.ScenarioError as e:
         print(f"gpuroster bench: {e}", file=sys.stderr)
         return 2
@@ -359,6 +360,54 @@ def _service_churn(doc: Mapping[str, Any], s: model.Scenario) -> dict[str, list[
     return out
 
 
+HEADER = ("version", "scenario", "policy", "gpus", "steps")
+METRICS = ("utilization", "value", "realtime_shortfall", "realtime_service_level",
+           "jobs_completed", "jobs_total")
+
+
+def _header_problems(doc: Mapping[str, Any], s: model.Scenario) -> list[str]:
+    """Where a result file's header does not describe a run of `s`: a result of another
+    scenario of the same shape would otherwise be judged, and pass, against this one."""
+    want: dict[str, Any] = {"version": 1, "scenario": s.name, "gpus": s.cluster.gpus,
+                            "steps": s.duration_steps}
+    out = []
+    for key in HEADER:
+        got = doc.get(key)
+        if key == "policy":
+            if not isinstance(got, str) or not got:
+                out.append(f"policy: file says {got!r}, expected the policy's name")
+        # the type too: true and 1.0 are equal to 1 in Python, and are not it
+        elif type(got) is not type(want[key]) or got != want[key]:
+            out.append(f"{key}: file says {got!r}, the scenario ({s.source}) has {want[key]!r}")
+    return out
+
+
+def _grid_problem(grid: Any) -> str | None:
+    """What makes `grid` not a list of rows of names or nulls (shape and names are
+    `metrics.index_grid`'s to judge), or None."""
+    if grid is None:
+        return "grid: missing"
+    if not isinstance(grid, list):
+        return f"grid: expected a list of rows, got {type(grid).__name__}"
+    for g, row in enumerate(grid):
+        if not isinstance(row, list):
+            return f"grid[{g}]: expected a list of cells, got {type(row).__name__}"
+        for t, cell in enumerate(row):
+            if cell is not None and not isinstance(cell, str):
+                return f"grid[{g}][{t}]: expected a name or null, got {cell!r}"
+    return None
+
+
+def _metric_problem(key: str, got: Any, want: float) -> str | None:
+    if got is None:
+        return f"metrics.{key}: missing, the grid gives {want}"
+    if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
+        return f"metrics.{key}: file says {got!r}, not a number (the grid gives {want})"
+    if abs(float(got) - want) > 1e-6 * max(1.0, abs(want)):
+        return f"metrics.{key}: file says {got}, the grid gives {want}"
+    return None
+
+
 def check_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuroster check", description="check a result file against its scenario"
@@ -366,29 +415,40 @@ def check_main(argv: Sequence[str]) -> int:
     ap.add_argument("scenario")
     ap.add_argument("result", type=Path)
     args = ap.parse_args(list(argv))
+    # A file that cannot be read as a result: exit 2. A result that is not a legal run
+    # of this scenario, or whose header or metrics say otherwise than its grid: exit 1.
     try:
         s = scenarios.load(scenarios.resolve(args.scenario))
         doc = json.loads(args.result.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError(f"{args.result}: expected a JSON object, got {type(doc).__name__}")
+    except (scenarios.ScenarioError, ValueError, OSError) as e:
+        print(f"gpuroster check: {e}", file=sys.stderr)
+        return 2
+    header = _header_problems(doc, s)
+    if header:
+        print("\n".join(header))
+        return 1
+    try:
+        bad_grid = _grid_problem(doc.get("grid"))
+        if bad_grid:
+            raise ValueError(bad_grid)
         grid, _ = metrics.index_grid(s, doc["grid"])
         churn = _service_churn(doc, s)
-    except (scenarios.ScenarioError, ValueError, KeyError, OSError) as e:
+    except ValueError as e:
         print(f"gpuroster check: {e}", file=sys.stderr)
         return 2
     problems = legality.violations(s, grid, churn=churn)
     m = metrics.compute(s, grid)
-    written = doc.get("metrics", {})
-    for key in (
-        "utilization",
-        "value",
-        "realtime_shortfall",
-        "realtime_service_level",
-        "jobs_completed",
-        "jobs_total",
-    ):
-        want = float(getattr(m, key))
-        got = written.get(key)
-        if got is None or abs(float(got) - want) > 1e-6 * max(1.0, abs(want)):
-            problems.append(f"metrics.{key}: file says {got}, the grid gives {want}")
+    written = doc.get("metrics")
+    if isinstance(written, dict):
+        for key in METRICS:
+            problem = _metric_problem(key, written.get(key), float(getattr(m, key)))
+            if problem:
+                problems.append(problem)
+    else:
+        problems.append(f"metrics: expected a mapping of {', '.join(METRICS)}, "
+                        f"file says {written!r}")
     if problems:
         print("\n".join(problems))
         return 1

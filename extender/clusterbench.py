@@ -215,7 +215,7 @@ def main(args: argparse.Namespace) -> int:
     replay.exit_on_termination()  # before the local cluster chains its own handlers
     try:
         paths = [scenarios.resolve(n) for n in (args.scenarios or scenarios.builtin_names())]
-        loaded = [scenarios.load(p) for p in paths]
+        loaded = scenarios.load_all(paths)  # all validated, names apart, before anything runs
     except scenarios.ScenarioError as e:
         print(f"gpuroster bench: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,9 @@
 
 Every problem is reported at once, each naming the file, the field and the
 reason; a file with any problem yields no scenario, so nothing half-runs.
-Unknown keys are ignored so that later, compatible extensions still load.
+Unknown keys are ignored so that later, compatible extensions still load, and an
+optional field given as null (`estimate_steps:`, `forecast: null`) is taken as absent:
+MODEL.md says nothing of nulls, and YAML writes an empty value as one.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ class _Checker:
         default: int | None = None,
     ) -> int | None:
         field = f"{where}.{key}" if where else key
+        if default is not None and obj.get(key) is None:
+            return default  # an optional field given as null is absent
         if key not in obj:
-            if default is not None:
-                return default
             self.fail(field, "is required")
             return None
         value = obj[key]
@@ -91,10 +93,10 @@ class _Checker:
         self, obj: Mapping[str, Any], key: str, where: str, length: int | None, *, required: bool
     ) -> tuple[int, ...] | None:
         field = f"{where}.{key}"
-        if key not in obj:
+        if key not in obj or (obj[key] is None and not required):
             if required:
                 self.fail(field, "is required")
-            return None
+            return None  # absent, or optional and given as null: the same
         value = obj[key]
         if not isinstance(value, list):
             self.fail(field, f"must be a list of non-negative integers, got {type(value).__name__}")
@@ -122,11 +124,14 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
     if not isinstance(data, Mapping):
         raise ScenarioError(source, [Problem("<document>", "must be a mapping of fields")])
     version = data.get("version")
-    if version != 1:
-        c.fail("version", f"must be 1, got {version!r}")
+    # The integer 1 only: `true` and `1.0` compare equal to 1 in Python, and are not it.
+    if isinstance(version, bool) or not isinstance(version, int) or version != 1:
+        c.fail("version", f"must be the integer 1, got {version!r}")
     name = c.name(data, "name", "")
-    description = data.get("description", "")
-    if not isinstance(description, str):
+    description = data.get("description")
+    if description is None:  # optional: absent or null
+        description = ""
+    elif not isinstance(description, str):
         c.fail("description", "must be a string")
         description = ""
 
@@ -205,6 +210,8 @@ def parse(data: Any, source: str = "<memory>") -> model.Scenario:
         priority = c.number(raw, "priority", where)
         max_swap = c.integer(raw, "max_swap", where, minimum=0)
         demand = c.curve(raw, "demand", where, window, required=True)
+        # A forecast covers the window like the demand: MODEL.md's fifo reserves "the
+        # peak of its forecast over the window", which a shorter one does not define.
         forecast = c.curve(raw, "forecast", where, window, required=False)
         level = _service_level(c, raw, where)
         if None not in (svc_name, priority, max_swap, demand):

@@ -7,7 +7,9 @@ package only does the file I/O around it and holds the shipped files.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,6 +23,7 @@ __all__ = [
     "builtin_names",
     "dump",
     "load",
+    "load_all",
     "parse",
     "resolve",
     "to_document",
@@ -38,7 +41,9 @@ def load(path: str | Path) -> model.Scenario:
             source, [Problem("<file>", f"cannot be read: {e.strerror or e}")]
         ) from e
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = _decode_json(text) if p.suffix == ".json" else yaml.load(text, _UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ScenarioError(source, [Problem("<document>", str(e))]) from e
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ScenarioError(
             source,
@@ -49,6 +54,74 @@ def load(path: str | Path) -> model.Scenario:
             ],
         ) from e
     return parse(data, source)
+
+
+class _DuplicateKey(ValueError):
+    """A mapping in a scenario file names the same key twice."""
+
+
+# Both decoders keep the last of two equal keys without a word: a file with two `jobs:`
+# lists would run with the second only. Refused instead, as MODEL.md asks of bad input.
+
+
+def _decode_json(text: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise _DuplicateKey(f"has the key {key!r} twice in one mapping")
+            out[key] = value
+        return out
+
+    return json.loads(text, object_pairs_hook=unique)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML has no types)
+    """yaml.safe_load's loader, refusing a key given twice in one mapping. A key from a
+    merge (`<<: *base`) may still be overridden: that is what merging is for."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first:
+                    raise _DuplicateKey(
+                        f"has the key {key!r} twice in one mapping (lines {first[key]} and {line})"
+                    )
+                first[key] = line
+            except TypeError:
+                pass  # an unhashable key: the base loader says so below
+        out: dict[Hashable, Any] = super().construct_mapping(node, deep)
+        return out
+
+
+def load_all(paths: Sequence[str | Path]) -> list[model.Scenario]:
+    """Load several scenarios to run together, all before any runs. Their names must
+    differ: a run's result files are named after its scenario (`{name}.{policy}.json`),
+    so two of one name would overwrite each other's."""
+    loaded: list[model.Scenario] = []
+    first: dict[str, str] = {}
+    for path in paths:
+        s = load(path)
+        if s.name in first:
+            raise ScenarioError(
+                s.source,
+                [
+                    Problem(
+                        "name",
+                        f"{s.name!r} is also the name of {first[s.name]}: scenarios run "
+                        "together need different names (their result files are named "
+                        "after them)",
+                    )
+                ],
+            )
+        first[s.name] = s.source
+        loaded.append(s)
+    return loaded
 
 
 def dump(s: model.Scenario, path: str | Path) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from extender import benchmarking, cli
+from extender import benchmarking, cli, replay
 
 
 def test_bench_prints_the_table_and_writes_checkable_results(
@@ -133,3 +134,98 @@ def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
     eight = next(line for line in table.splitlines() if line.split()[:3] == ["8", "15", "cold"])
     assert "<= 1 ms:" in eight
     assert re.search(r"CPU time p50 [\d.]+ / p99 [\d.]+ ms", table)
+
+
+def _small_result(tmp_path: Path, name: str) -> tuple[Path, dict[str, Any]]:
+    """A scenario file `name` and fifo's result on it, as `bench --out` writes it."""
+    from extender import results, scenarios
+    from tests.builders import scenario
+
+    s = (
+        scenario(name).nodes(1, 4).window(4)
+        .job("a", gpus=2, d=2).job("b", gpus=2, d=3, arrival=1)
+        .service("svc", [1, 1, 2, 1])
+        .build()
+    )
+    path = tmp_path / f"{name}.yaml"
+    scenarios.dump(s, path)
+    return path, results.result_document(benchmarking.run_one(s, "fifo", progress=False))
+
+
+def _check(tmp_path: Path, scenario_file: Path, doc: Any) -> int:
+    f = tmp_path / "result.json"
+    f.write_text(json.dumps(doc))
+    return cli.main(["check", str(scenario_file), str(f)])
+
+
+def test_check_compares_the_header_with_the_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, doc = _small_result(tmp_path, "one")
+    other, _ = _small_result(tmp_path, "other")  # the same shape and jobs, another name
+    assert _check(tmp_path, path, doc) == 0
+    capsys.readouterr()
+    assert _check(tmp_path, other, doc) == 1
+    assert "scenario: file says 'one'" in capsys.readouterr().out
+    for key, value in (("version", True), ("version", 1.0), ("gpus", 8), ("steps", 5),
+                       ("policy", None)):
+        assert _check(tmp_path, path, {**doc, key: value}) == 1, key
+        assert f"{key}: file says {value!r}" in capsys.readouterr().out
+
+
+def test_check_reports_a_metric_that_is_not_a_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, doc = _small_result(tmp_path, "one")
+    for bad in ("high", "53.6", True, float("nan")):
+        forged = {**doc, "metrics": {**doc["metrics"], "value": bad}}
+        assert _check(tmp_path, path, forged) == 1, bad
+        assert f"metrics.value: file says {bad!r}, not a number" in capsys.readouterr().out
+    assert _check(tmp_path, path, {**doc, "metrics": [1, 2]}) == 1
+    assert "metrics: expected a mapping" in capsys.readouterr().out
+
+
+def test_check_refuses_a_grid_that_is_not_rows_of_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, doc = _small_result(tmp_path, "one")
+    grid = [list(row) for row in doc["grid"]]
+    grid[1][2] = ["a"]
+    assert _check(tmp_path, path, {**doc, "grid": grid}) == 2
+    assert "grid[1][2]: expected a name or null, got ['a']" in capsys.readouterr().err
+    assert _check(tmp_path, path, {**doc, "grid": ["a..."] * 4}) == 2
+    assert "grid[0]: expected a list of cells" in capsys.readouterr().err
+    assert _check(tmp_path, path, {k: v for k, v in doc.items() if k != "grid"}) == 2
+    assert "grid: missing" in capsys.readouterr().err
+    assert _check(tmp_path, path, [doc]) == 2
+    assert "expected a JSON object" in capsys.readouterr().err
+
+
+def test_bench_refuses_two_scenarios_of_one_name_before_running_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Their result files, `{name}.{policy}.json`, would overwrite each other.
+    first, _ = _small_result(tmp_path, "same")
+    second = tmp_path / "elsewhere" / "copy.yaml"
+    second.parent.mkdir()
+    second.write_text(first.read_text())
+    out = tmp_path / "out"
+    assert cli.main(["bench", str(first), str(second), "--policies", "fifo", "--out", str(out),
+                     "--quiet"]) == 2
+    err = capsys.readouterr()
+    assert f"{second}: name: 'same' is also the name of {first}" in err.err
+    assert "same" not in err.out and not out.exists()  # nothing ran
+
+
+def test_a_cluster_bench_refuses_two_scenarios_of_one_name_before_starting_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cluster's result files, `{name}.{policy}.cluster.json`, would overwrite each
+    # other too; refused before any control plane starts (none is running here).
+    monkeypatch.setattr(replay, "exit_on_termination", lambda: None)
+    first, _ = _small_result(tmp_path, "same")
+    second = tmp_path / "elsewhere" / "copy.yaml"
+    second.parent.mkdir()
+    second.write_text(first.read_text())
+    assert cli.main(["bench", "--cluster", "local", str(first), str(second)]) == 2
+    assert f"{second}: name: 'same' is also the name of {first}" in capsys.readouterr().err

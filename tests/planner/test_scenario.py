@@ -50,7 +50,11 @@ def _break(path: str, value: Any) -> dict[str, Any]:
 
 
 BAD = [
-    ("version", 2, "version", "must be 1"),
+    ("version", 2, "version", "must be the integer 1"),
+    ("version", True, "version", "must be the integer 1, got True"),
+    ("version", 1.0, "version", "must be the integer 1, got 1.0"),
+    ("version", "1", "version", "must be the integer 1"),
+    ("version", KeyError, "version", "must be the integer 1, got None"),
     ("name", "Bad Name", "name", "[a-z0-9-]"),
     ("cluster.nodes", 0, "cluster.nodes", ">= 1"),
     ("cluster.gpus_per_node", "8", "cluster.gpus_per_node", "integer"),
@@ -124,6 +128,54 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(scenarios.ScenarioError, match="mapping"):
         scenarios.load(tmp_path / "list.yaml")
+
+
+def test_a_key_given_twice_is_refused_not_overwritten(tmp_path: Path) -> None:
+    # Both decoders would keep the last `jobs:` list and drop the first without a word.
+    p = tmp_path / "two-jobs.json"
+    p.write_text(json.dumps(good()).replace("{", '{"jobs": [], ', 1))
+    with pytest.raises(scenarios.ScenarioError) as err:
+        scenarios.load(p)
+    assert f"{p}: <document>: has the key 'jobs' twice in one mapping" in str(err.value)
+
+    y = tmp_path / "two-jobs.yaml"
+    y.write_text(
+        "version: 1\nname: two\ncluster: {nodes: 1, gpus_per_node: 8}\nstep_minutes: 60\n"
+        "horizon_steps: 24\nduration_steps: 4\n"
+        "jobs: [{name: a, type: training, gpus: 2, duration_steps: 1, arrival_step: 0, "
+        "priority: 1}]\n"
+        "jobs: [{name: b, type: training, gpus: 2, duration_steps: 1, arrival_step: 0, "
+        "priority: 1}]\n"
+    )
+    with pytest.raises(scenarios.ScenarioError) as err:
+        scenarios.load(y)
+    assert err.value.problems == (
+        scenarios.Problem("<document>", "has the key 'jobs' twice in one mapping (lines 7 and 8)"),
+    )
+    assert str(y) in str(err.value)
+
+
+def test_a_yaml_merge_may_still_override_a_key(tmp_path: Path) -> None:
+    y = tmp_path / "merge.yaml"
+    y.write_text(
+        "version: 1\nname: merge\ncluster: {nodes: 1, gpus_per_node: 8}\nstep_minutes: 60\n"
+        "horizon_steps: 24\nduration_steps: 4\nx-base: &base {type: training, gpus: 2, "
+        "duration_steps: 1, arrival_step: 0, priority: 1}\n"
+        "jobs: [{<<: *base, name: a, gpus: 4}]\n"
+    )
+    assert scenarios.load(y).jobs[0].gpus == 4
+
+
+def test_load_all_refuses_two_scenarios_of_one_name(tmp_path: Path) -> None:
+    s = scenarios.parse(good(), "x")
+    scenarios.dump(s, tmp_path / "a.yaml")
+    scenarios.dump(s, tmp_path / "b.json")
+    assert [x.name for x in scenarios.load_all([tmp_path / "a.yaml"])] == ["t"]
+    with pytest.raises(scenarios.ScenarioError) as err:
+        scenarios.load_all([tmp_path / "a.yaml", tmp_path / "b.json"])
+    assert err.value.source == str(tmp_path / "b.json")
+    assert err.value.problems[0].field == "name"
+    assert f"'t' is also the name of {tmp_path / 'a.yaml'}" in str(err.value)
 
 
 def test_unknown_keys_are_ignored_for_compatible_extensions() -> None:
@@ -205,6 +257,33 @@ def test_json_file_written_by_someone_else_loads(tmp_path: Path) -> None:
     p = tmp_path / "theirs.json"
     p.write_text(json.dumps(doc))
     assert scenarios.load(p).services[0].demand == (2, 2, 1, 1, 3)
+
+
+def test_optional_fields_given_as_null_are_absent() -> None:
+    # `estimate_steps:` with nothing after it is null in YAML: the same as not written,
+    # as `service_level: null` already was.
+    d = good()
+    d["description"] = None
+    d["jobs"][0]["estimate_steps"] = None
+    d["services"][0]["forecast"] = None
+    d["services"][0]["service_level"] = None
+    s = scenarios.parse(d)
+    assert s.description == ""
+    assert s.jobs[0].estimate_steps == s.jobs[0].duration_steps
+    assert s.services[0].forecast == s.services[0].demand
+    assert s.services[0].service_level is None
+    # a required field given as null is still an error
+    d["services"][0]["demand"] = None
+    with pytest.raises(scenarios.ScenarioError, match="demand: must be a list"):
+        scenarios.parse(d)
+
+
+def test_a_forecast_shorter_than_the_window_is_refused() -> None:
+    # MODEL.md's fifo reserves the forecast's peak over the window: it must cover it.
+    d = good()
+    d["services"][0]["forecast"] = [1, 1]
+    with pytest.raises(scenarios.ScenarioError, match="forecast: has 2 entries, shorter"):
+        scenarios.parse(d)
 
 
 def test_service_level_is_optional_and_round_trips(tmp_path: Path) -> None:
