@@ -878,7 +878,7 @@ def test_a_pods_priority_class_value_maps_to_a_configured_class(
         body["spec"]["priorityClassName"] = pc
         core.create_namespaced_pod(namespace, body)
         assert core.read_namespaced_pod("valued", namespace).spec.priority == 5000
-        job = wait_for(lambda: ext.get("/plan")["jobs"].get(f"{namespace}/valued"), 20,
+        job = wait_for(lambda: ext.get("/plan")["jobs"].get(f"{namespace}/pod:valued"), 20,
                        "the pod in the plan")
         assert job["priority"] == 4.0  # high: 1000 <= 5000 < 1000000
         core.create_namespaced_config_map(namespace, {

@@ -24,7 +24,8 @@ DEFAULT_DURATIONS: dict[str, str] = {
 POLICIES = ("gpuroster", "fifo", "priority-skip", "priority-easy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(d|h|m|s|ms))+\s*$")
+# [0-9], not \d: \d also takes other scripts' digits (a full-width "6h" read as 6h).
+_DURATION = re.compile(r"^\s*(?:([0-9]+(?:\.[0-9]+)?)\s*(d|h|m|s|ms))+\s*$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)")
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 

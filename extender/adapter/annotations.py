@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ class AnnotationError(ValueError):
 class PodWork:
     """What a batch-like pod asks for."""
 
-    gang: str  # "<namespace>/<gang>" (a pod without a gang is its own gang)
+    gang: str  # `gang_key`: "<namespace>/<gang>", or "<namespace>/pod:<pod>" for a lone pod
     gang_size: int
     gpus: int
     workload: str
@@ -83,6 +84,40 @@ def key(obj: Mapping[str, Any]) -> str:
 _QUANTITY_SUFFIXES = (("Ki", 2.0**10), ("Mi", 2.0**20), ("Gi", 2.0**30), ("Ti", 2.0**40),
                       ("Pi", 2.0**50), ("Ei", 2.0**60), ("k", 1e3), ("M", 1e6), ("G", 1e9),
                       ("T", 1e12), ("P", 1e15), ("E", 1e18), ("m", 1e-3))
+
+
+LONE = "pod:"  # a pod without a gang is its own gang, named `<namespace>/pod:<pod name>`
+_ESCAPE = "gang:"
+
+
+def gang_key(namespace: str, gang: str | None, pod_name: str) -> str:
+    """The name of a pod's gang: `<namespace>/<gang>`, or `<namespace>/pod:<pod name>` for
+    a pod without one. A lone pod named like a gang of its namespace must not join it,
+    and a gang name is any string: the rare one that starts as a lone pod's name does
+    (or as an escaped one) is escaped, `<namespace>/gang:<gang>`, so no two meet. Kept in
+    memory only: no record on the cluster holds it, so it may change across versions."""
+    if not gang:
+        return f"{namespace}/{LONE}{pod_name}"
+    if gang.startswith((LONE, _ESCAPE)):
+        return f"{namespace}/{_ESCAPE}{gang}"
+    return f"{namespace}/{gang}"
+
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def whole(raw: str, what: str) -> int:
+    """A whole number written in ASCII digits (`int` alone would also take "1_6" as 16
+    and full-width or other scripts' digits). Raises AnnotationError."""
+    text = str(raw).strip()
+    if not _WHOLE.fullmatch(text):
+        raise AnnotationError(f"{what}: {raw!r} is not a whole number")
+    return int(text)
+
+
+def _plain_number(text: str) -> bool:
+    """`float` takes "1_0" as 10 and digits of any script; an annotation takes ASCII only."""
+    return text.isascii() and "_" not in text
 
 
 def _quantity(value: Any) -> int:
@@ -131,12 +166,16 @@ def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
 
 
 def priority(value: str | None, classes: Mapping[str, float], fallback: str) -> float:
-    if value is None or value == "":
+    """`value`: the annotation, or a class name; None (absent) is the `fallback` class.
+    An empty annotation is an error, as an empty workload, gang-size or duration is."""
+    if value is None:
         return float(classes[fallback])
     v = value.strip()
     if v in classes:
         return float(classes[v])
     try:
+        if not _plain_number(v):
+            raise ValueError
         p = float(v)
     except ValueError:
         raise AnnotationError(
@@ -200,19 +239,16 @@ def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
             f"{WORKLOAD}: unknown workload type {workload!r} "
             f"(one of {', '.join(model.BATCH_TYPES)})")
     gang_name = a.get(GANG)
+    gang = gang_key(ns, gang_name, str(m.get("name", "")))
     if gang_name is None or gang_name == "":
-        gang, size = f"{ns}/{m.get('name', '')}", 1
+        size = 1
         if GANG_SIZE in a and a[GANG_SIZE].strip() != "1":
             raise AnnotationError(f"{GANG_SIZE} is set but {GANG} is missing")
     else:
-        gang = f"{ns}/{gang_name}"
         raw = a.get(GANG_SIZE)
         if raw is None:
             raise AnnotationError(f"{GANG}={gang_name!r} needs {GANG_SIZE}")
-        try:
-            size = int(raw.strip())
-        except ValueError:
-            raise AnnotationError(f"{GANG_SIZE}: {raw!r} is not a whole number") from None
+        size = whole(raw, GANG_SIZE)
         if size < 1:
             raise AnnotationError(f"{GANG_SIZE}: {raw!r} must be at least 1")
     pclass = a.get(PRIORITY)
@@ -237,13 +273,21 @@ def pod_work(pod: Mapping[str, Any], settings: config.Settings) -> PodWork:
 def service_spec(dep: Mapping[str, Any], settings: config.Settings,
                  priority_classes: Mapping[str, Mapping[str, Any]] | None = None,
                  ) -> ServiceSpec | None:
-    """A real-time service from a Deployment, or None if it is not one. Raises AnnotationError.
+    """A real-time service from a Deployment, or None if it is not one (no workload
+    annotation, or a batch type: its pods are read as batch pods). Raises AnnotationError,
+    also for an unknown workload type: a typo of `realtime-inference` must not turn a
+    service's pods into training jobs.
 
     A pod template carries no resolved `spec.priority`: with ``priority_classes`` (the
     cluster's PriorityClasses by name) it gets the value its pods will get."""
     a = annotations_of(dep)
-    if a.get(WORKLOAD) != model.REALTIME_TYPE:
+    workload = a.get(WORKLOAD)
+    if workload is None or workload in model.BATCH_TYPES:
         return None
+    if workload != model.REALTIME_TYPE:
+        raise AnnotationError(
+            f"{WORKLOAD}: unknown workload type {workload!r} "
+            f"(one of {', '.join((*model.BATCH_TYPES, model.REALTIME_TYPE))})")
     pclass = a.get(PRIORITY)
     if pclass is None:
         template = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -251,10 +295,7 @@ def service_spec(dep: Mapping[str, Any], settings: config.Settings,
         pclass = class_from_spec({**template, "priority": value}, settings)
     prio = priority(pclass, settings.priority_classes, settings.default_priority)
     raw = a.get(MAX_SWAP, "2")
-    try:
-        swap = int(raw)
-    except ValueError:
-        raise AnnotationError(f"{MAX_SWAP}: {raw!r} is not a whole number") from None
+    swap = whole(raw, MAX_SWAP)
     if swap < 0:
         raise AnnotationError(f"{MAX_SWAP}: {raw!r} must be >= 0")
     template = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -276,6 +317,8 @@ def service_level(raw: str | None) -> float | None:
         return None
     text = raw.strip()
     try:
+        if not _plain_number(text):
+            raise ValueError
         value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
         return headroom.check_objective(value)
     except ValueError:
@@ -323,8 +366,8 @@ def demand(configmap: Mapping[str, Any]) -> Demand:
     spd = None
     if data.get("steps-per-day"):
         try:
-            spd = int(data["steps-per-day"])
-        except ValueError:
+            spd = whole(data["steps-per-day"], "steps-per-day")
+        except AnnotationError:
             raise AnnotationError("steps-per-day: not a whole number") from None
     return Demand(tuple(curve), tuple(history), spd, tuple(observed))
 
@@ -349,17 +392,27 @@ def block_nodes(label: str) -> list[str]:
 
 
 def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -> model.Block:
-    """Inverse of `model.Block.label` with real node names. Raises AnnotationError."""
+    """Inverse of `model.Block.label` with real node names. Raises AnnotationError.
+
+    A multi-node label names only its first and last node: a node that came between
+    them in topology order since (or went) widens or narrows what it reads as. What
+    reads as no legal block is refused here; `snapshot` checks the nodes it spans."""
     first, last, rng = _split_block(label)
     try:
         if rng is None:
             i, j = node_index[first], node_index[last]
             if j < i:
                 raise ValueError
-            return model.Block(i * gpus_per_node, (j - i + 1) * gpus_per_node)
-        lo, hi = (int(x) for x in rng.split("-", 1))
-        if not 0 <= lo <= hi < gpus_per_node:
-            raise ValueError
-        return model.Block(node_index[first] * gpus_per_node + lo, hi - lo + 1)
+            block = model.Block(i * gpus_per_node, (j - i + 1) * gpus_per_node)
+        else:
+            lo, hi = (int(x) for x in rng.split("-", 1))
+            if not 0 <= lo <= hi < gpus_per_node:
+                raise ValueError
+            block = model.Block(node_index[first] * gpus_per_node + lo, hi - lo + 1)
     except (ValueError, KeyError):
         raise AnnotationError(f"{BLOCK}: cannot place {label!r} on the current nodes") from None
+    if not block.is_legal(model.Cluster(nodes=len(node_index), gpus_per_node=gpus_per_node)):
+        why = " (nodes came or went between its first and last)" if rng is None else ""
+        raise AnnotationError(f"{BLOCK}: {label!r} now reads as {block.size} GPUs, "
+                              f"not a legal block{why}")
+    return block

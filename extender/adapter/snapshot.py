@@ -10,6 +10,7 @@ holds. It does no I/O; the controller turns a snapshot into a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -139,14 +140,26 @@ def node_usable(node: Obj) -> bool:
     return False
 
 
-def _order(node: Obj) -> tuple[int, str]:
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def natural(name: str) -> str:
+    """`name` with each run of digits padded to 20 places: sorts gpu-node-2 before
+    gpu-node-10. Two names sort as their text does unless runs of digits of different
+    widths meet at the same place, so a cluster whose names already sort the same either
+    way keeps its order (and the GPU indices its block records were read with)."""
+    return _DIGITS.sub(lambda d: d.group().zfill(20), name)
+
+
+def _order(node: Obj) -> tuple[int, str, str]:
     m = node.get("metadata") or {}
     labels = m.get("labels") or {}
     try:
         o = int(labels.get(ann.TOPOLOGY_ORDER, ""))
     except ValueError:
         o = 1 << 30
-    return (o, str(m.get("name", "")))
+    name = str(m.get("name", ""))
+    return (o, natural(name), name)  # the name itself: "node-01" and "node-1" both exist
 
 
 def layout(pods: list[tuple[str, int]], block: model.Block, cluster: model.Cluster,
@@ -253,7 +266,9 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
             elif live:
                 services[dep].pending.append(p)
             continue
-        if dep is not None and dep in service_errors:
+        # A pod that carries an admission record is an admitted gang's, whatever its
+        # Deployment says now: the record is durable, never forgotten.
+        if dep is not None and dep in service_errors and ann.BLOCK not in ann.annotations_of(p):
             if live and not node:  # a broken real-time service: say why, never plan as batch
                 broken[k] = Gang(name=k, pods=[p],
                                  error=f"Deployment {dep}: {service_errors[dep]}")
@@ -397,9 +412,10 @@ def _place_blocks(gangs: Mapping[str, Gang], cluster: model.Cluster,
 
 
 def _fallback_gang(pod: Obj) -> str:
+    """The gang of a pod whose annotations do not parse, as `pod_work` would name it."""
     m = pod.get("metadata") or {}
-    a = ann.annotations_of(pod)
-    return f"{m.get('namespace', '')}/{a.get(ann.GANG) or m.get('name', '')}"
+    return ann.gang_key(str(m.get("namespace") or "default"),
+                        ann.annotations_of(pod).get(ann.GANG), str(m.get("name", "")))
 
 
 def _disagreement(a: ann.PodWork, b: ann.PodWork) -> str | None:
@@ -505,6 +521,25 @@ def _limit_nodes(gang: Gang, gpu_nodes: list[Obj], names: list[str], cluster: mo
     gang.nodes = allowed
 
 
+def _check_span(label: str, block: model.Block, admitted: list[Obj], nodes: list[str],
+                g: int) -> None:
+    """Raise AnnotationError unless `block` (read from `label` with today's node order)
+    spans exactly the nodes its pods were admitted to. A multi-node label names only its
+    first and last node, so a node that came between them since would widen the block
+    over GPUs the gang never held, and its replacements would go there."""
+    recorded = {str(n) for p in admitted
+                if (pa := ann.annotations_of(p)).get(ann.BLOCK) == label
+                and (n := pa.get(ann.NODE))}
+    span = nodes[block.start // g:(block.end - 1) // g + 1]
+    outside = recorded - set(span)
+    # Every node of a multi-node block got pods: one none of them names came since.
+    unnamed = [n for n in span if n not in recorded] if block.size > g and recorded else []
+    if outside or unnamed:
+        raise ann.AnnotationError(
+            f"{ann.BLOCK}: {label!r} now spans {', '.join(span)}, but its pods were admitted "
+            f"to {', '.join(sorted(recorded))}")
+
+
 def _last_created(pods: list[Obj]) -> float:
     """When a gang arrived: its last pod's creation time (0.0 if none carries one)."""
     created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
@@ -529,6 +564,7 @@ def _gang(name: str, members: list[Obj], works: Mapping[str, ann.PodWork | ann.A
         t = parse_time(a.get(ann.ADMITTED_AT)) or 0.0
         try:
             block = ann.parse_block(a[ann.BLOCK], index, cluster.gpus_per_node)
+            _check_span(a[ann.BLOCK], block, admitted, nodes, cluster.gpus_per_node)
         except ann.AnnotationError as e:
             gone = sorted({str(n) for p in admitted
                            if (n := (p.get("spec") or {}).get("nodeName")) and n not in index})

@@ -215,8 +215,14 @@ def create_app(verbs: Verbs, *, view: Callable[[], Mapping[str, Any]] = dict,
         except BadRequest as e:
             timed("bind", t0, "bad_request")
             return _error(e.status, e.message)
-        error = await run_in_threadpool(verbs.bind, args.PodNamespace, args.PodName,
-                                        args.PodUID or None, args.Node)
+        try:
+            error = await run_in_threadpool(verbs.bind, args.PodNamespace, args.PodName,
+                                            args.PodUID or None, args.Node)
+        except Exception:
+            # Answered by `unexpected` (a JSON 500), but timed here: a failing bind is
+            # the call whose duration matters most.
+            timed("bind", t0, "error")
+            raise
         timed("bind", t0, "error" if error else "bound")
         return _json(wire.ExtenderBindingResult(Error=error or "").model_dump_json().encode())
 

@@ -49,7 +49,7 @@ def waiting(snap: snapshot.Snapshot, plan: model.Plan,
                 if k in adm.nodes:
                     continue
                 node = g.refill.get(k)
-                out[k] = g.error or (
+                out[k] = error_reason(g.error) if g.error else (
                     f"waiting: replaces an ended pod of gang {name} on {node}; "
                     + (f"{refused[k]}; retrying next step" if k in refused
                        else "the leader admits it"))
@@ -65,8 +65,7 @@ def gang_reason(snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
     """Why a gang that is not admitted waits: its error, what it waits for, or the plan's
     start for it."""
     if g.error:
-        return g.error if g.error.startswith(snapshot.NODE_LOST) else (
-            f"bad annotations: {g.error}")
+        return error_reason(g.error)
     if g.waiting_for:
         return g.waiting_for
     why = f"{g.requeued}; " if g.requeued else ""
@@ -79,6 +78,12 @@ def gang_reason(snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
     where = f" on {block.label(snap.cluster, snap.nodes).split(':')[0]}" if block else ""
     when = clock.wall_time(step_start(start), step_seconds)
     return f"waiting: {why}planned start {when}{where} (step {start})"
+
+
+def error_reason(error: str) -> str:
+    """What a pod of a gang with `error` is told: a lost node as it is, anything else as
+    bad annotations (a Warning InvalidAnnotations, counted; docs/annotations.md)."""
+    return error if error.startswith(snapshot.NODE_LOST) else f"bad annotations: {error}"
 
 
 class Explainer:

@@ -15,12 +15,13 @@ S = config.Settings()
 
 
 @pytest.mark.parametrize(("pod", "gang", "size", "gpus", "prio", "seconds"), [
-    (make_pod("p").gpus(2), "ns/p", 1, 2, 2.0, 6 * 3600),
+    (make_pod("p").gpus(2), "ns/pod:p", 1, 2, 2.0, 6 * 3600),
     (make_pod("p").gpus(4).gang("g", 2).priority("critical").duration("90m"), "ns/g", 2, 4,
      8.0, 5400),
-    (make_pod("p").gpus(1).priority("3.5").workload("quantization"), "ns/p", 1, 1, 3.5, 3600),
-    (make_pod("p").gpus(8).duration("1h30m").workload("batch-inference"), "ns/p", 1, 8, 2.0,
-     5400),
+    (make_pod("p").gpus(1).priority("3.5").workload("quantization"), "ns/pod:p", 1, 1, 3.5,
+     3600),
+    (make_pod("p").gpus(8).duration("1h30m").workload("batch-inference"), "ns/pod:p", 1, 8,
+     2.0, 5400),
 ], ids=["defaults", "gang", "number-priority", "compound-duration"])
 def test_pod_work(pod: object, gang: str, size: int, gpus: int, prio: float,
                   seconds: float) -> None:
@@ -206,3 +207,96 @@ def test_malformed_block_labels_are_refused(label: str) -> None:
     ("6h", 21600), ("90m", 5400), ("2d", 172800), ("20s", 20), ("1h30m", 5400), ("1.5h", 5400)])
 def test_durations(text: str, seconds: float) -> None:
     assert config.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("workload", ["realtime-inferense", "Realtime-Inference", ""])
+def test_a_deployment_of_an_unknown_workload_type_is_an_error(workload: str) -> None:
+    # Not None ("not a service"): its pods would be planned as training jobs.
+    d = deployment("chat", notes={"gpuroster.io/workload": workload,
+                                  "gpuroster.io/demand-configmap": "c"})
+    with pytest.raises(ann.AnnotationError,
+                       match=f"gpuroster.io/workload: unknown workload type '{workload}'"):
+        ann.service_spec(d, S)
+
+
+@pytest.mark.parametrize("workload", [*model.BATCH_TYPES, None])
+def test_a_deployment_of_batch_work_or_none_is_not_a_service(workload: str | None) -> None:
+    d = deployment("jobs")
+    del d["metadata"]["annotations"]["gpuroster.io/workload"]
+    if workload is not None:
+        d["metadata"]["annotations"]["gpuroster.io/workload"] = workload
+    assert ann.service_spec(d, S) is None  # its pods are read as batch pods, as before
+
+
+def test_a_lone_pod_and_a_gang_of_the_same_name_are_different_gangs() -> None:
+    lone = ann.pod_work(make_pod("llm").gpus(2).build(), S)
+    gang = ann.pod_work(make_pod("llm-0").gpus(2).gang("llm", 2).build(), S)
+    assert (lone.gang, gang.gang) == ("ns/pod:llm", "ns/llm")
+    # A gang named as a lone pod's gang is escaped, and so is one named as an escaped one.
+    odd = ann.pod_work(make_pod("x").gpus(2).gang("pod:llm", 1).build(), S)
+    odder = ann.pod_work(make_pod("y").gpus(2).gang("gang:pod:llm", 1).build(), S)
+    assert len({lone.gang, gang.gang, odd.gang, odder.gang}) == 4
+    assert odd.gang == "ns/gang:pod:llm"
+
+
+def test_an_empty_priority_is_an_error_like_an_empty_workload() -> None:
+    with pytest.raises(ann.AnnotationError, match="gpuroster.io/priority: '' is neither"):
+        ann.pod_work(make_pod("p").gpus(1).priority("").build(), S)
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c",
+                                  "gpuroster.io/priority": " "})
+    with pytest.raises(ann.AnnotationError, match="gpuroster.io/priority"):
+        ann.service_spec(d, S)
+    assert ann.priority(None, S.priority_classes, "low") == 1.0  # absent: the fallback
+
+
+@pytest.mark.parametrize(("pod", "needle"), [
+    (make_pod("p").gpus(1).gang("g", 1).annotate(**{"gpuroster.io/gang-size": "1_6"}),
+     "gang-size: '1_6' is not a whole number"),
+    (make_pod("p").gpus(1).gang("g", 1).annotate(**{"gpuroster.io/gang-size": "\uff12"}),
+     "is not a whole number"),  # a full-width 2
+    (make_pod("p").gpus(1).duration("\uff16h"), "unparsable duration"),  # a full-width 6
+    (make_pod("p").gpus(1).duration("\u0666h"), "unparsable duration"),  # an Arabic-Indic 6
+    (make_pod("p").gpus(1).priority("1_0"), "neither a positive number"),
+    (make_pod("p").gpus(1).priority("\uff13"), "neither a positive number"),
+], ids=["size-underscore", "size-full-width", "duration-full-width", "duration-arabic",
+        "priority-underscore", "priority-full-width"])
+def test_numbers_in_annotations_are_ascii_digits_only(pod: Any, needle: str) -> None:
+    with pytest.raises(ann.AnnotationError) as e:
+        ann.pod_work(pod.build(), S)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize(("notes", "needle"), [
+    ({"gpuroster.io/max-swap": "1_0"}, "max-swap: '1_0' is not a whole number"),
+    ({"gpuroster.io/max-swap": "\uff12"}, "is not a whole number"),
+    ({"gpuroster.io/service-level": "0.9_9"}, "service-level"),
+])
+def test_numbers_in_deployment_annotations_are_ascii_digits_only(notes: dict[str, str],
+                                                                 needle: str) -> None:
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c", **notes})
+    with pytest.raises(ann.AnnotationError, match=needle):
+        ann.service_spec(d, S)
+
+
+def test_whole_numbers_still_read_as_before() -> None:
+    assert ann.pod_work(make_pod("p").gpus(1).gang("g", 1).annotate(
+        **{"gpuroster.io/gang-size": " 4 "}).build(), S).gang_size == 4
+    d = deployment("chat", notes={"gpuroster.io/demand-configmap": "c",
+                                  "gpuroster.io/max-swap": "0"})
+    assert ann.service_spec(d, S).max_swap == 0  # type: ignore[union-attr]
+    with pytest.raises(ann.AnnotationError, match="'-1' must be >= 0"):  # the docs' message
+        ann.service_spec({**d, "metadata": {**d["metadata"], "annotations": {
+            **d["metadata"]["annotations"], "gpuroster.io/max-swap": "-1"}}}, S)
+    assert ann.demand(configmap("c", curve="[1]", **{"steps-per-day": "96"})).steps_per_day == 96
+    with pytest.raises(ann.AnnotationError, match="steps-per-day"):
+        ann.demand(configmap("c", curve="[1]", **{"steps-per-day": "9_6"}))
+
+
+@pytest.mark.parametrize("nodes", [
+    ["gpu-node-1", "gpu-node-10", "gpu-node-2"],  # a node came between the two: 24 GPUs
+    ["gpu-node-1", "gpu-node-10", "gpu-node-11", "gpu-node-12", "gpu-node-2"],  # 40 GPUs
+])
+def test_a_multi_node_block_that_now_reads_as_no_legal_block_is_refused(
+        nodes: list[str]) -> None:
+    with pytest.raises(ann.AnnotationError, match="not a legal block"):
+        ann.parse_block("gpu-node-1..gpu-node-2", {n: i for i, n in enumerate(nodes)}, 8)

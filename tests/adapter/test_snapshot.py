@@ -172,8 +172,8 @@ def test_a_gang_is_limited_to_the_nodes_its_pods_may_use() -> None:
         p["spec"]["nodeSelector"] = {"gpu": "h100"}
     s = build(nodes, [*pods, make_pod("free").gpus(8).build()])
     assert s.gangs["ns/g"].nodes == frozenset({1})  # node 2: a taint it does not tolerate
-    assert s.gangs["ns/free"].nodes == frozenset({0, 1, 3})  # every node but the tainted one
-    assert build(nodes[:2], [make_pod("free").gpus(8).build()]).gangs["ns/free"].nodes is None
+    assert s.gangs["ns/pod:free"].nodes == frozenset({0, 1, 3})  # every node but the tainted one
+    assert build(nodes[:2], [make_pod("free").gpus(8).build()]).gangs["ns/pod:free"].nodes is None
     for p in pods:
         p["spec"]["tolerations"] = [{"key": "team", "operator": "Exists"}]
     assert build(nodes, pods).gangs["ns/g"].nodes == frozenset({1, 2})
@@ -183,7 +183,7 @@ def test_a_gang_no_node_can_take_waits_and_says_why() -> None:
     nodes = [labelled(0, gpu="a100"), labelled(1, gpu="h100"), labelled(2, gpu="a100")]
     pod = make_pod("none").gpus(8).build()
     pod["spec"]["nodeSelector"] = {"gpu": "b200"}
-    g = build(nodes, [pod]).gangs["ns/none"]
+    g = build(nodes, [pod]).gangs["ns/pod:none"]
     assert g.waiting_for is not None and "no GPU node fits" in g.waiting_for
     # 16 GPUs need two consecutive nodes: a100 nodes 0 and 2 are not.
     wide = [make_pod(f"w-{i}").gpus(8).gang("w", 2).build() for i in range(2)]
@@ -237,3 +237,123 @@ def test_layout_packs_largest_first_inside_nodes() -> None:
     out = snapshot.layout([("a", 4), ("b", 8), ("c", 4)], model.Block(0, 16), c,
                           ["n0", "n1"])
     assert out == {"b": "n0", "a": "n1", "c": "n1"}
+
+
+def test_pods_of_a_deployment_with_a_misspelt_workload_are_not_planned_as_training() -> None:
+    dep = deployment("chat", notes={"gpuroster.io/workload": "realtime-inferense",
+                                    "gpuroster.io/demand-configmap": "c"})
+    pods = [make_pod("chat-abc12-1").gpus(1).owned_by_deployment("chat").build(),
+            make_pod("chat-abc12-2").gpus(1).owned_by_deployment("chat").on("gpu-node-0").build()]
+    s = build([node(0)], pods, [dep])
+    assert "unknown workload type 'realtime-inferense'" in s.service_errors["ns/chat"]
+    g = s.gangs["ns/chat-abc12-1"]  # broken, as for any bad Deployment: never planned
+    assert g.work is None and g.error is not None
+    assert g.error.startswith("Deployment ns/chat: gpuroster.io/workload: unknown workload")
+    assert s.foreign == {"gpu-node-0": 1}  # the running replica is left alone
+    assert [k for k in s.gangs if "abc12-2" in k] == []
+
+
+def test_pods_of_a_deployment_of_batch_work_are_read_as_batch_pods() -> None:
+    dep = deployment("jobs", notes={"gpuroster.io/workload": "batch-inference"})
+    pod = make_pod("jobs-abc12-1").gpus(2).owned_by_deployment("jobs").build()
+    g = build([node(0)], [pod], [dep]).gangs["ns/pod:jobs-abc12-1"]
+    # As before: the pod's own annotations (none here), not the Deployment's, give its type.
+    assert g.error is None and g.work is not None and g.work.workload == "training"
+
+
+def test_an_admitted_pod_keeps_its_block_when_its_deployment_turns_bad() -> None:
+    dep = deployment("jobs", notes={"gpuroster.io/workload": "trainning"})
+    pod = (make_pod("jobs-abc12-1").gpus(2).owned_by_deployment("jobs")
+           .annotate(**{ann.BLOCK: "gpu-node-0:0-1", ann.NODE: "gpu-node-0"}, **ADMITTED)
+           .on("gpu-node-0").build())
+    s = build([node(0)], [pod], [dep])
+    g = s.gangs["ns/pod:jobs-abc12-1"]
+    assert g.admission is not None and g.admission.block == model.Block(0, 2)
+    assert s.foreign == {}
+
+
+def test_a_lone_pod_and_a_gang_of_its_name_are_not_merged() -> None:
+    pods = [make_pod("llm").gpus(2).build(),
+            *(make_pod(f"llm-{i}").gpus(2).gang("llm", 2).build() for i in range(2))]
+    s = build([node(0)], pods)
+    assert sorted(s.gangs) == ["ns/llm", "ns/pod:llm"]
+    assert all(g.error is None and g.waiting_for is None for g in s.gangs.values())
+    assert (s.gangs["ns/llm"].gpus, s.gangs["ns/pod:llm"].gpus) == (4, 2)
+    # A lone pod whose annotations do not parse is its own gang too.
+    bad = make_pod("llm").gpus(2).priority("urgent!").build()
+    s = build([node(0)], [bad, *pods[1:]])
+    assert s.gangs["ns/llm"].error is None and s.gangs["ns/pod:llm"].error is not None
+
+
+def unlabelled(name: str) -> dict[str, Any]:
+    n = node(0)
+    n["metadata"] = {"name": name, "labels": {}}
+    return n
+
+
+def test_unlabelled_nodes_are_ordered_by_the_numbers_in_their_names() -> None:
+    names = ["gpu-node-10", "gpu-node-2", "gpu-node-1", "gpu-node-0"]
+    assert build([unlabelled(n) for n in names], []).nodes == [
+        "gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-10"]
+    # Labelled nodes first, in their order, as before.
+    first = labelled(5, **{ann.TOPOLOGY_ORDER: "0"})
+    s = build([unlabelled("gpu-node-10"), first, unlabelled("gpu-node-9")], [])
+    assert s.nodes == ["gpu-node-5", "gpu-node-9", "gpu-node-10"]
+    # A record of two nodes still reads as those two once a tenth node joins.
+    block = "gpu-node-1..gpu-node-2"
+    pods = [member("g-0", 8, 2, block, "gpu-node-1"), member("g-1", 8, 2, block, "gpu-node-2")]
+    s = build([unlabelled(f"gpu-node-{i}") for i in range(11)], pods)
+    a = s.gangs["ns/g"].admission
+    assert a is not None and a.block == model.Block(8, 16)
+
+
+@pytest.mark.parametrize("names", [
+    ["gpu-node-0", "gpu-node-1", "gpu-node-9"],
+    ["gpu-01", "gpu-02", "gpu-10", "gpu-11"],  # zero-padded
+    ["a100-0", "a100-1", "h100-0", "rack1-n1", "rack2-n1"],
+    ["n1", "n1-a", "n1a", "n1b", "node-01", "node-1"],
+    ["gpu.b", "gpu-a", "gpu1", "gpua"],  # a run of digits against no digits
+])
+def test_names_that_sort_alike_as_text_and_as_numbers_keep_their_order(
+        names: list[str]) -> None:
+    # The GPU indices of such a cluster, and so what its block records read as, do not move.
+    assert sorted(names, key=snapshot.natural) == sorted(names)
+    assert build([unlabelled(n) for n in reversed(names)], []).nodes == sorted(names)
+
+
+def test_a_multi_node_block_over_a_node_that_came_between_is_held_not_taken() -> None:
+    # Recorded on gpu-node-1 and gpu-node-2; since, two nodes (topology order 1 and 2)
+    # came between them: the label reads as a legal 32-GPU block over GPUs it never held.
+    block = "gpu-node-1..gpu-node-2"
+    pods = [member("g-0", 8, 2, block, "gpu-node-1"), member("g-1", 8, 2, block, "gpu-node-2")]
+    nodes = [labelled(0, **{ann.TOPOLOGY_ORDER: "0"}), labelled(1, **{ann.TOPOLOGY_ORDER: "1"}),
+             labelled(8, **{ann.TOPOLOGY_ORDER: "1"}), labelled(9, **{ann.TOPOLOGY_ORDER: "1"}),
+             labelled(2, **{ann.TOPOLOGY_ORDER: "2"})]
+    s = build(nodes, pods)
+    assert s.nodes[1:] == ["gpu-node-1", "gpu-node-8", "gpu-node-9", "gpu-node-2"]
+    g = s.gangs["ns/g"]
+    # Out of the plan, never admitted again; its running pods hold their GPUs where they are.
+    assert g.admission is None and g.requeued is None and g.error is not None
+    assert "now spans gpu-node-1, gpu-node-8, gpu-node-9, gpu-node-2" in g.error
+    assert s.foreign == {"gpu-node-1": 8, "gpu-node-2": 8}
+    # One node between: 24 GPUs, no legal block at all.
+    s = build(nodes[:3] + nodes[4:], pods)
+    assert s.gangs["ns/g"].admission is None
+    assert "not a legal block" in (s.gangs["ns/g"].error or "")
+    assert s.foreign == {"gpu-node-1": 8, "gpu-node-2": 8}
+    # Once the order is back, so is the gang, with the block it was admitted to.
+    a = build(nodes[:2] + nodes[4:], pods).gangs["ns/g"].admission
+    assert a is not None and a.block == model.Block(8, 16)
+
+
+def test_a_block_whose_pods_are_recorded_outside_it_is_held_not_taken() -> None:
+    # Recorded on four nodes, gpu-node-0..gpu-node-3; a new topology order put gpu-node-3
+    # next to gpu-node-0: the label reads as a legal two-node block without two of its nodes.
+    block = "gpu-node-0..gpu-node-3"
+    pods = [member(f"g-{i}", 8, 4, block, f"gpu-node-{i}") for i in range(4)]
+    nodes = [labelled(0), labelled(3, **{ann.TOPOLOGY_ORDER: "1"}), labelled(1, **{
+        ann.TOPOLOGY_ORDER: "7"}), labelled(2, **{ann.TOPOLOGY_ORDER: "8"})]
+    s = build(nodes, pods)
+    g = s.gangs["ns/g"]
+    assert g.admission is None and g.error is not None and "now spans" in g.error
+    assert s.foreign == {f"gpu-node-{i}": 8 for i in range(4)}

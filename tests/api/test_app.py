@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from extender import metrics
 from extender.api import app as app_mod
 from extender.api import page, wire
 
@@ -224,6 +225,20 @@ def test_verb_exception_is_a_json_500_not_a_crash(verbs: StandIn) -> None:
     r = c.post("/filter", content=fixture("filter-args-nodenames.json"))
     assert r.status_code == 500 and "RuntimeError" in r.json()["Error"]
     assert c.get("/healthz").status_code == 200
+
+
+def test_a_bind_that_raises_is_a_json_500_and_is_timed(verbs: StandIn) -> None:
+    def boom(namespace: str, name: str, uid: str | None, node: str) -> str | None:
+        raise RuntimeError("boom")
+
+    verbs.bind = boom  # type: ignore[method-assign]
+    labels = {"verb": "bind", "outcome": "error"}
+    name = "gpuroster_extender_request_duration_seconds_count"
+    before = metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+    c = TestClient(app_mod.create_app(verbs), raise_server_exceptions=False)
+    r = c.post("/bind", content=fixture("bind-args.json"))
+    assert r.status_code == 500 and r.json() == {"Error": "internal error: RuntimeError"}
+    assert metrics.REGISTRY.get_sample_value(name, labels) == before + 1
 
 
 # --- the rest of the surface ----------------------------------------------------------

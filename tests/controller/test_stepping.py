@@ -991,3 +991,40 @@ def test_a_service_over_its_forecast_gets_idle_gpus_as_spare_replicas(spare: boo
         assert st.service_spare["ns/chat"] > 0 and held <= 6
     else:
         assert st.service_spare["ns/chat"] == 0
+
+
+def test_a_late_pod_of_an_admitted_gang_with_bad_annotations_gets_a_warning() -> None:
+    rig = Rig(nodes=1)
+    keys = gang(rig.fake, "g", 2, 2, d="600s")
+    assert rig.step().admitted == ["ns/g"]
+    for k in keys:
+        end(rig, k, "Running")
+    rig.fake.add("pods", make_pod("g-2").gpus(2).gang("g", 2).duration("600s")
+                 .priority("urgent!").build())
+    counted = metrics.REGISTRY.get_sample_value("gpuroster_annotation_errors_total") or 0.0
+    rig.advance()
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/g-2"), ["gpu-node-0"])
+    assert failed["gpu-node-0"].startswith("bad annotations: gpuroster.io/priority: 'urgent!'")
+    (told,) = [e for e in rig.fake.events if e["involvedObject"]["name"] == "g-2"]
+    assert (told["type"], told["reason"]) == ("Warning", "InvalidAnnotations")
+    assert told["message"] == failed["gpu-node-0"]
+    assert metrics.REGISTRY.get_sample_value("gpuroster_annotation_errors_total") == counted + 1
+    assert all(ann.BLOCK in rig.notes(k) for k in keys)  # the running pods are left alone
+
+
+def test_pods_of_a_deployment_with_a_misspelt_workload_get_a_warning_not_a_block() -> None:
+    rig = Rig(nodes=1)
+    rig.fake.add("deployments", deployment("svc", replicas=1, notes={
+        "gpuroster.io/workload": "realtime-inferense", "gpuroster.io/demand-configmap": "d"}))
+    rig.fake.add("pods", make_pod("svc-abc12-x").gpus(1).owned_by_deployment("svc").build())
+    counted = metrics.REGISTRY.get_sample_value("gpuroster_annotation_errors_total") or 0.0
+    r = rig.step()
+    assert r.admitted == [] and ann.BLOCK not in rig.notes("ns/svc-abc12-x")
+    _, failed = rig.verbs.filter(rig.fake.pod("ns/svc-abc12-x"), ["gpu-node-0"])
+    assert failed["gpu-node-0"] == (
+        "bad annotations: Deployment ns/svc: gpuroster.io/workload: unknown workload type "
+        "'realtime-inferense' (one of training, batch-inference, quantization, "
+        "realtime-inference)")
+    (told,) = [e for e in rig.fake.events if e["involvedObject"]["name"] == "svc-abc12-x"]
+    assert (told["type"], told["reason"]) == ("Warning", "InvalidAnnotations")
+    assert metrics.REGISTRY.get_sample_value("gpuroster_annotation_errors_total") == counted + 1
