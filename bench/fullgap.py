@@ -21,6 +21,8 @@ import statistics
 import sys
 import time
 
+from orders import parse_seeds  # bench/, the script's folder
+
 from extender.optimizing import exact
 from extender.planner import generator, legality, metrics, model, simulating
 
@@ -46,13 +48,14 @@ def value(s: model.Scenario, policy: object) -> metrics.Metrics:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/fullgap.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", default="400-409", help="seed range, inclusive (default 400-409)")
+    p.add_argument("--seeds", default="400-409", type=parse_seeds,
+                   help="seed range, inclusive (default 400-409)")
     p.add_argument("--estimate-error", type=float, default=0.3,
                    help="lognormal sigma of estimates against true durations (0: exact)")
     args = p.parse_args(argv)
-    lo, _, hi = args.seeds.partition("-")
-    scen = instances(range(int(lo), int(hi or lo) + 1), args.estimate_error)
-    print(f"{len(scen)} generated instances, seeds {args.seeds}, shapes {SHAPES}, "
+    scen = instances(args.seeds, args.estimate_error)
+    print(f"{len(scen)} generated instances, seeds {args.seeds[0]}-{args.seeds[-1]}, "
+          f"shapes {SHAPES}, "
           f"estimate error {args.estimate_error}")
     print(f"{'instance':18s} {'fifo':>7s} {'fast':>7s} {'full':>7s} {'fast/full':>9s} "
           f"{'short fast':>10s} {'short full':>10s} {'full s':>6s}")

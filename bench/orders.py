@@ -57,19 +57,32 @@ def parse_variant(text: str) -> dict[str, object]:
     return {key: ast.literal_eval(value.strip())}
 
 
+def parse_seeds(text: str) -> range:
+    """`LO-HI` (inclusive) or one seed, as a range; anything else is an argparse error."""
+    lo, sep, hi = text.partition("-")
+    try:
+        first, last = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a seed range LO-HI, got {text!r}") from None
+    if last < first:
+        raise argparse.ArgumentTypeError(f"empty seed range {text!r}")
+    return range(first, last + 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/orders.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", action="append", default=[], type=parse_variant,
                    help="an allocating.Options field=value (Python literal); repeatable")
     p.add_argument("--uniform", action="store_true", help="every priority set to 1")
-    p.add_argument("--seeds", default="200-214", help="seed range, inclusive (default 200-214)")
+    p.add_argument("--seeds", default="200-214", type=parse_seeds,
+                   help="seed range, inclusive (default 200-214)")
     p.add_argument("--estimate-error", type=float, default=0.3,
                    help="lognormal sigma of estimates against true durations (0: exact)")
     args = p.parse_args(argv)
-    lo, _, hi = args.seeds.partition("-")
-    scen = instances(range(int(lo), int(hi or lo) + 1), args.uniform, args.estimate_error)
-    print(f"{len(scen)} generated instances, seeds {args.seeds}, shapes {SHAPES}, "
+    scen = instances(args.seeds, args.uniform, args.estimate_error)
+    print(f"{len(scen)} generated instances, seeds {args.seeds[0]}-{args.seeds[-1]}, "
+          f"shapes {SHAPES}, "
           f"estimate error {args.estimate_error}"
           + (", every priority 1" if args.uniform else ""))
     t0 = time.perf_counter()

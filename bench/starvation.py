@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from orders import parse_variant  # bench/, the script's folder
+from orders import parse_seeds, parse_variant  # bench/, the script's folder
 
 from extender.planner import allocating, legality, model, scenario, simulating
 
@@ -88,7 +88,8 @@ def should_start(s: model.Scenario, penalty: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/starvation.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", default="0-79", help="seed range, inclusive (default 0-79)")
+    p.add_argument("--seeds", default="0-79", type=parse_seeds,
+                   help="seed range, inclusive (default 0-79)")
     p.add_argument("--steps", type=int, default=200, help="window length (default 200)")
     p.add_argument("--additive", action="store_true",
                    help="true durations 0-2 steps over the estimate, not lognormal")
@@ -96,12 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                    "field=value (Python literal) to run instead of the default")
     args = p.parse_args(argv)
     variant: dict[str, object] = args.variant
-    lo, _, hi = args.seeds.partition("-")
     options = allocating.Options(**variant)  # type: ignore[arg-type]
     late_after = ARRIVAL + options.wait_steps(24) + 30  # (its scenarios have hourly steps)
     counted = late = never = 0
     t0 = time.perf_counter()
-    for seed in range(int(lo), int(hi or lo) + 1):
+    for seed in args.seeds:
         s = make(seed, args.steps, args.additive)
         if not should_start(s, options.realtime_penalty):
             continue

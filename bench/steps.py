@@ -24,7 +24,7 @@ import sys
 import time
 from multiprocessing import Pool
 
-from orders import parse_variant  # bench/, the script's folder
+from orders import parse_seeds, parse_variant  # bench/, the script's folder
 
 from extender.planner import allocating, generator, metrics, simulating
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", default="60,30,15",
                    help="step lengths in minutes, comma-separated (default 60,30,15)")
-    p.add_argument("--seeds", default="200-259", help="seed range, inclusive (default 200-259)")
+    p.add_argument("--seeds", default="200-259", type=parse_seeds,
+                   help="seed range, inclusive (default 200-259)")
     p.add_argument("--mix", default="trace", choices=sorted(generator.MIXES),
                    help="job sizes (default trace: the shape of real GPU pod logs)")
     p.add_argument("--estimate-error", type=float, default=0.5,
@@ -68,14 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         minutes = [int(x) for x in args.minutes.split(",") if x.strip()]
-        lo, _, hi = args.seeds.partition("-")
-        seeds = range(int(lo), int(hi or lo) + 1)
     except ValueError as e:
         p.error(str(e))
+    seeds: range = args.seeds
     bad = [m for m in minutes if m < 1 or 1440 % m]
-    if bad or not minutes or not seeds:
-        p.error(f"step lengths must divide a day, and seeds must be a range; got {args.minutes}, "
-                f"{args.seeds}")
+    if bad or not minutes:
+        p.error(f"step lengths must divide a day; got {args.minutes}")
     variant = f" {args.variant}" if args.variant else ""
     print(f"{len(seeds)} instances a step length ({args.mix} jobs, estimates off by sigma "
           f"{args.estimate_error:g}, bursts {args.burst:g}, forecasts off by sigma "
