@@ -3,10 +3,12 @@
 Every replica answers kube-scheduler from its own cache; only the holder of the
 Lease commits (admits gangs, scales Deployments, writes Events). A holder that
 cannot renew within `renew_deadline` stops committing before its Lease can
-expire, so two replicas never commit at once. A holder that shuts down (SIGTERM,
-a rolling update) releases the Lease after it has stopped committing, so a
-follower takes over at its next retry instead of waiting the Lease out
-(client-go's ReleaseOnCancel).
+expire, so two replicas never commit at once (its writers ask `is_leader` before
+each write). A holder that shuts down (SIGTERM, a rolling update) releases the
+Lease once it has stopped committing (its step loop has ended), so a follower
+takes over at its next retry instead of waiting the Lease out (client-go's
+ReleaseOnCancel). If the loop does not end in time, it only `stop`s renewing and
+the Lease runs out.
 """
 
 from __future__ import annotations
@@ -194,7 +196,9 @@ class Elector:
     def release(self) -> bool:
         """Stop electing and, if we lead, give the Lease up: stop committing first, then
         clear its holder (a follower then acquires it at once). True if released. A
-        failed release is logged and left to the Lease's expiry, as after a crash."""
+        failed release is logged and left to the Lease's expiry, as after a crash.
+        Call it only once nothing writes any more (the step loop has ended): a follower
+        writes as soon as it holds the Lease."""
         self.stop()
         if self._thread is not None:
             self._thread.join(10.0)  # no renewal may land after the release

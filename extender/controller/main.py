@@ -58,10 +58,7 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
         controller.start()
 
     def stop() -> None:
-        controller.stop(wait=10.0)  # a round in flight ends before the Lease goes
-        cache.stop()
-        if elector is not None:
-            elector.release()  # after the controller: it must not commit once released
+        shutdown(controller, cache, elector)
 
     app = app_mod.create_app(
         controller.verbs, view=lambda: controller.view,
@@ -69,6 +66,25 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
         healthy=lambda: controller.alive() or controller.rounds == 0,
         on_start=start, on_stop=stop, max_body_bytes=settings.max_body_bytes)
     return controller, app
+
+
+def shutdown(controller: Any, cache: Any, elector: Any, wait: float = 10.0) -> None:
+    """Stop the step loop, the cache, then the Lease. The Lease is released (a follower
+    takes over at once) only once the loop has ended: a round still running may still
+    write, and a released Lease would let a follower write beside it. If the loop has not
+    ended within `wait`, the Lease is only no longer renewed: the round's writes stop at
+    the renew deadline (the writer asks before each) and the Lease runs out, as after a
+    crash."""
+    controller.stop(wait=wait)  # a round in flight ends before the Lease goes
+    cache.stop()
+    if elector is None:
+        return
+    if controller.alive():
+        logging.getLogger(__name__).warning(
+            "the step loop did not end within %gs; the Lease is left to expire", wait)
+        elector.stop()
+    else:
+        elector.release()
 
 
 def serve(argv: Sequence[str]) -> int:

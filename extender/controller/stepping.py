@@ -82,7 +82,9 @@ class Controller:
         self.policy = policy or self._make_policy()
         self.inputs = planinput.Builder(settings, demand.Reader(settings, prometheus_query))
         self.explainer = explaining.Explainer(client)
-        self.writer = writing.Writer(settings, client, cache, self.clock, self.explainer)
+        # The writer asks again before each write: the Lease may go in mid-round.
+        self.writer = writing.Writer(settings, client, cache, self.clock, self.explainer,
+                                     leader=lambda: self.leader() and self.shadow is None)
         self.verbs = verbs.Verbs(settings, client, cache)
         self.shadow = shadowing.Observer(settings) if settings.shadow else None
         self.view: dict[str, Any] = {}

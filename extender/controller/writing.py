@@ -1,10 +1,15 @@
 """The writers: what the leader does to the cluster so that it runs the current step.
 
 Owns, for the decisions of a round's plan:
-- **admit** a gang whose planned start is now: record the admission, write it on
-  every pod (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate
-  lifted), undo all if one write fails (assume, write, undo);
-- **refill** the replacement of an ended member of a running gang in its place;
+- **admit** a gang whose planned start is now: write its admission on every pod
+  (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate lifted). A
+  written record is never undone: kube-scheduler may bind that pod at once. If a
+  later pod's write fails, the gang is admitted all the same and its unwritten
+  pods are written by the refill (this round and the next ones). A write with no
+  answer (a timeout) may have landed: when it was the gang's first, the gang and
+  its block are held back until the watch shows the record or `UNSURE_SECONDS`;
+- **refill** the replacement of an ended member of a running gang in its place,
+  and the pods a gang's admission did not reach;
 - **scale** each service's Deployment to the plan's replica count (scale
   subresource), steering which pods go first (`pod-deletion-cost`), held to the
   swap budget left in the step;
@@ -12,18 +17,21 @@ Owns, for the decisions of a round's plan:
   (Eviction API), at most half the swap budget left, in a step's first half;
 - **wake** the pending pods of a service when the plan holds room for them;
 - and the memory these need between rounds: the replicas added and removed per
-  service in the step, the pods woken, when each gang was first promised a start.
+  service in the step, the pods woken, when each gang was first promised a start,
+  the admissions whose outcome is unknown.
 
 May not touch: the plan (it carries out what the round hands it, never
 re-plans), the verbs' table, or what users are told beyond the Event of an
 admitted replacement (through `explaining.Explainer`). Every write is the
-leader's: the round calls none of this on a follower.
+leader's: the round calls none of this on a follower, and each write (every pod
+patch, scale and eviction; Events are best effort) asks `leader` again first, so
+a Lease lost in the middle of a round stops the writes that follow.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender import config, metrics
@@ -37,32 +45,66 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+# How long an admission write with no answer may still land: the API server's default
+# --request-timeout (60 s) cuts a request off, plus room for the watch to show it.
+UNSURE_SECONDS = 90.0
+
+
+def unknown_outcome(e: kube.ApiError) -> bool:
+    """A write that got no answer (0: a timeout, a dropped connection) or a gateway
+    timeout may have been applied: neither done nor failed."""
+    return e.status in (0, 504)
+
 
 class Writer:
     """Carries a plan's current step out on the cluster (the leader only)."""
 
     def __init__(self, settings: config.Settings, client: kube.Kube, cache: watching.Cache,
-                 clock: clock_mod.Clock, explainer: explaining.Explainer) -> None:
+                 clock: clock_mod.Clock, explainer: explaining.Explainer,
+                 leader: Callable[[], bool] = lambda: True) -> None:
         self.settings = settings
         self.client = client
         self.cache = cache
         self.clock = clock
         self.explainer = explainer
+        self.leader = leader  # asked before every write
         self._first_planned: dict[str, float] = {}  # gang -> the start it was first promised
         self._woken: dict[str, int] = {}  # pod key -> step it was woken in
         # service -> (step, replicas added this step, replicas removed this step)
         self._moved: dict[str, tuple[int, int, int]] = {}
+        # gang -> (its block, the pod whose admission write got no answer, until when
+        # the gang and the block wait for the watch to show whether it landed)
+        self._unsure: dict[str, tuple[model.Block, str, float]] = {}
+        self._completing: set[str] = set()  # pods an admission stopped before: refilled
 
     # --- gangs --------------------------------------------------------------------
 
     def admit(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
               now: float) -> tuple[dict[str, snapshot.Admission], dict[str, str]]:
-        """Admit the gangs the plan starts now: (gang -> admission, gang -> why it failed)."""
+        """Admit the gangs the plan starts now: (gang -> admission, gang -> why it failed).
+
+        A gang whose admission reached some of its pods but not all (a write failed,
+        the Lease was lost) is admitted all the same: its records stay (kube-scheduler
+        may already have bound those pods) and are the gang's durable admission, as a
+        restart reads them. It is left in `snap` as the next snapshot will read it,
+        admitted with its other pods to refill, which `refill` then writes. It is not
+        in the returned admissions (those are told of whole), so its written pods are
+        told here.
+        """
         admitted: dict[str, snapshot.Admission] = {}
         failed: dict[str, str] = {}
+        held = self._held(snap, now)
         for name, block in sorted(plan.starts.items()):
             gang = snap.gangs.get(name)
             if gang is None or gang.admission is not None or gang.work is None:
+                continue
+            if not self.leader():
+                break  # the Lease was lost: the writes are the next leader's
+            unsure = next((k for g, (b, k, _) in held.items()
+                           if g == name or b.mask & block.mask), None)
+            if unsure is not None:
+                failed[name] = (f"the admission write on {unsure} got no answer; its block "
+                                "is not given out until it is known whether it was applied")
                 continue
             try:
                 per_pod = snapshot.layout(
@@ -73,27 +115,47 @@ class Writer:
                 continue
             adm = snapshot.Admission(block=block, admitted_at=now, nodes=per_pod)
             label = block.label(snap.cluster, snap.nodes)
-            done: list[Obj] = []
+            done: dict[str, str] = {}
             error = None
+            lost = False
             for pod in gang.pods:
                 k = ann.key(pod)
+                if done and not self.leader():
+                    error, lost = "the Lease was lost", True
+                    break
                 try:
                     self._write_admission(pod, label, now, per_pod[k])
-                    done.append(pod)
+                    done[k] = per_pod[k]
                 except kube.ApiError as e:
                     error = f"admission write failed on {k}: {e}"
+                    if unknown_outcome(e) and not done:
+                        # It may have landed: neither the gang nor its block is given
+                        # out again until the watch tells.
+                        self._unsure[name] = (block, k, now + UNSURE_SECONDS)
+                        held[name] = self._unsure[name]
+                        error = (f"the admission write on {k} got no answer ({e}); waiting "
+                                 "to see whether it was applied")
                     break
-            if error is not None:
-                for pod in done:  # undo: no partial gang
-                    try:
-                        self._patch(pod, objects.admission_undo())
-                    except kube.ApiError:
-                        log.exception("undo of admission on %s failed", ann.key(pod))
+            if error is not None and not done:
                 failed[name] = error
                 metrics.GANG_ADMISSIONS.labels(outcome="failed").inc()
                 log.warning("gang %s not admitted: %s", name, error)
                 continue
-            admitted[name] = adm
+            if error is not None:  # part of it: admitted, the rest is refilled
+                adm.nodes = done
+                gang.admission = adm
+                gang.refill = {k: n for k, n in per_pod.items() if k not in done}
+                self._completing.update(gang.refill)
+                log.warning("gang %s admitted on %s, %d of %d pods written (%s); the others "
+                            "are written next", name, label, len(done), len(per_pod), error)
+                for pod in gang.pods:
+                    if ann.key(pod) in done and not lost:
+                        self.explainer.tell(pod, "Admitted", f"admitted at step {step}: block "
+                                            f"{label}, node {done[ann.key(pod)]}", now, True,
+                                            False)
+            else:
+                admitted[name] = adm
+                log.info("admitted gang %s on %s at step %d", name, label, step)
             metrics.GANG_ADMISSIONS.labels(outcome="admitted").inc()
             w = gang.work
             metrics.QUEUE_WAIT.labels(priority=self.settings.priority_label(w.priority)).observe(
@@ -101,8 +163,22 @@ class Writer:
             first = self._first_planned.pop(name, None)
             if first is not None:
                 metrics.PLANNED_START_DELAY.observe(now - first)
-            log.info("admitted gang %s on %s at step %d", name, label, step)
+            if lost:
+                break
         return admitted, failed
+
+    def _held(self, snap: snapshot.Snapshot,
+              now: float) -> dict[str, tuple[model.Block, str, float]]:
+        """The gangs whose first admission write got no answer and is still unsure,
+        having dropped those the snapshot settles: the record is in the cache (the gang
+        is admitted: the snapshot holds its block), the pod is gone, or the write has
+        been cut off long enough that it never landed."""
+        for name, (_, k, until) in list(self._unsure.items()):
+            gang = snap.gangs.get(name)
+            if (gang is None or gang.admission is not None or k not in snap.pods
+                    or now >= until):
+                del self._unsure[name]
+        return dict(self._unsure)
 
     def promised(self, snap: snapshot.Snapshot, plan: model.Plan,
                  admitted: Mapping[str, snapshot.Admission]) -> None:
@@ -114,7 +190,8 @@ class Writer:
                     name, self.settings.step_start(plan.planned_start[name]))
 
     def refill(self, snap: snapshot.Snapshot, now: float) -> dict[str, str]:
-        """Admit the pods that replace ended members of running gangs, in their places.
+        """Admit the pods that replace ended members of running gangs, in their places,
+        and those a gang's admission did not reach (`admit`).
 
         Returns pod key -> why its admission write failed (tried again next round).
         """
@@ -129,6 +206,8 @@ class Writer:
                 node = gang.refill.get(k)
                 if node is None or k in adm.nodes:
                     continue
+                if not self.leader():
+                    return failed
                 try:
                     self._write_admission(pod, label, adm.admitted_at, node)
                 except kube.ApiError as e:
@@ -136,6 +215,12 @@ class Writer:
                     log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
                     continue
                 adm.nodes[k] = node
+                if k in self._completing:  # its gang's admission stopped before it
+                    self._completing.discard(k)
+                    self.explainer.tell(pod, "Admitted", f"completes the admission of gang "
+                                        f"{name}: block {label}, node {node}", now, True, False)
+                    log.info("pod %s of gang %s admitted on %s", k, name, node)
+                    continue
                 metrics.GANG_ADMISSIONS.labels(outcome="replaced").inc()
                 self.explainer.tell(pod, "Admitted", f"replaces an ended pod of gang {name}: "
                                     f"block {label}, node {node}", now, True, False)
@@ -173,7 +258,7 @@ class Writer:
                 self._steer_scale_down(snap, sv, planned.get(name, {}))
             elif want == sv.replicas:
                 self._move(snap, sv, planned.get(name, {}), step)
-            if want != sv.replicas:
+            if want != sv.replicas and self.leader():
                 try:
                     self.client.scale(ns, dep, want)
                     scaled[name] = want
@@ -260,6 +345,8 @@ class Writer:
         moved = 0
         for pod in victims[:min(budget, room)]:
             m = pod.get("metadata") or {}
+            if not self.leader():
+                break
             try:
                 self.client.evict(str(m.get("namespace")), str(m.get("name")))
             except kube.ApiError as e:
@@ -288,6 +375,8 @@ class Writer:
             if current == str(cost):
                 continue
             m = pod.get("metadata") or {}
+            if not self.leader():
+                return
             try:
                 self.client.patch_pod(str(m.get("namespace")), str(m.get("name")),
                                       objects.deletion_cost_patch(cost))
@@ -296,7 +385,7 @@ class Writer:
 
     def _wake(self, pod: Obj, step: int) -> None:
         k = ann.key(pod)
-        if self._woken.get(k) == step:
+        if self._woken.get(k) == step or not self.leader():
             return
         self._woken[k] = step
         m = pod.get("metadata") or {}
@@ -314,3 +403,4 @@ class Writer:
             del self._first_planned[name]
         for k in [k for k in self._woken if k not in snap.pods]:
             del self._woken[k]
+        self._completing &= snap.pods.keys()

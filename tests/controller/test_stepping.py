@@ -168,18 +168,23 @@ def test_higher_priority_later_gang_goes_first() -> None:
     assert rig.advance().admitted == ["ns/high"]
 
 
-def test_failed_write_undoes_the_whole_gang() -> None:
+def test_failed_write_keeps_what_was_written_and_the_rest_follows() -> None:
+    """Written records are never undone (kube-scheduler may have bound those pods): the
+    gang is admitted and its other pods are written as soon as their writes go through."""
     rig = Rig()
     keys = gang(rig.fake, "g", 4, 2)
     rig.fake.fail_patch.add(keys[2])
     r = rig.step()
     assert r.admitted == []
-    for k in keys:
-        assert ann.BLOCK not in rig.notes(k)
-    passed, failed = rig.verbs.filter(rig.fake.pod(keys[0]), ["gpu-node-0"])
+    assert ann.BLOCK not in rig.notes(keys[2])
+    written = [k for k in keys if k != keys[2]]
+    assert len({rig.notes(k)[ann.BLOCK] for k in written}) == 1
+    passed, failed = rig.verbs.filter(rig.fake.pod(keys[2]), ["gpu-node-0"])
     assert passed == [] and "retrying" in failed["gpu-node-0"]
     rig.fake.fail_patch.clear()
-    assert rig.advance().admitted == ["ns/g"]
+    assert rig.advance().admitted == []  # not admitted again: the rest is written
+    assert len({rig.notes(k)[ann.BLOCK] for k in keys}) == 1
+    assert len({rig.notes(k)[ann.ADMITTED_AT] for k in keys}) == 1
 
 
 def end(rig: Rig, key: str, phase: str = "Failed") -> None:
