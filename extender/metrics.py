@@ -37,6 +37,10 @@ WATCH_RESTARTS = Counter(
     "gpuroster_watch_restarts_total", "Watch restarts, by kind and reason (gone, error, resync).",
     ["kind", "reason"], registry=REGISTRY)
 STEPS = Counter("gpuroster_steps_total", "Plan-and-commit rounds run.", registry=REGISTRY)
+STEP_FAILURES = Counter(
+    "gpuroster_step_failures_total",
+    "Rounds that failed before publishing (retried after a growing wait; the log has the "
+    "first error of each streak).", registry=REGISTRY)
 QUEUE_WAIT = Histogram(
     "gpuroster_queue_wait_seconds", "Arrival to admission of a gang, by priority.",
     ["priority"], buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import urllib.error
@@ -27,12 +28,13 @@ def query_range(base_url: str, expr: str, start: float, end: float, step: float,
         # Prometheus answers a bad query with 400 and its reason in a JSON body.
         try:
             doc = json.loads(e.read())
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):
             doc = None
         if not (isinstance(doc, dict) and doc.get("error")):
             raise ann.AnnotationError(
                 f"{ann.DEMAND_QUERY}: Prometheus query failed: {e}") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        # HTTPException: a response cut short (IncompleteRead), a bad status line.
         raise ann.AnnotationError(f"{ann.DEMAND_QUERY}: Prometheus query failed: {e}") from None
     if not isinstance(doc, dict):
         raise ann.AnnotationError(f"{ann.DEMAND_QUERY}: malformed Prometheus answer")

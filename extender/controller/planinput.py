@@ -15,6 +15,7 @@ nothing (the policy does).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from extender import config
@@ -23,6 +24,7 @@ from extender.adapter import snapshot
 from extender.controller import demand
 from extender.planner import model
 
+log = logging.getLogger(__name__)
 
 def _mask(gpus: frozenset[int]) -> int:
     m = 0
@@ -40,6 +42,7 @@ class Builder:
         self._sets: dict[int, dict[str, frozenset[int]]] = {}  # step -> service GPU sets
         # step -> service -> (its set at the step's start, GPUs it lost with nodes)
         self._base: dict[int, dict[str, tuple[frozenset[int], int]]] = {}
+        self._logged: dict[str, str] = {}  # service -> the unforeseen demand error last logged
 
     def planned(self, step: int, sets: Mapping[str, frozenset[int]]) -> None:
         """Remember the GPU sets this step's plan gives the services (the last two steps
@@ -91,8 +94,11 @@ class Builder:
         for name, sv in sorted(snap.services.items()):
             try:
                 fc, past = self.demand.forecast(snap, sv, step)
-            except ann.AnnotationError as e:
-                problems[name] = str(e)
+            except Exception as e:  # noqa: BLE001 - one service's source, not the round
+                # A source that cannot be read (AnnotationError), or one that failed in
+                # a way nobody foresaw (a response cut short, a bug): this service is
+                # not planned this step, everyone else is.
+                problems[name] = self._demand_problem(name, e)
                 # Not planned this step, but its running replicas still hold GPUs:
                 # keep those out of everyone else's plan, where the pods really are
                 # (the GPUs last planned for it first on each of their nodes).
@@ -100,6 +106,7 @@ class Builder:
                 taken |= _mask(kept)
                 frozen |= kept
                 continue
+            self._logged.pop(name, None)
             # GPUs of a node that went NotReady or away are lost to the service, not
             # given up: the plan may replace them on top of the swap cap (`lost`),
             # instead of counting them as swapped away and shrinking the service to
@@ -147,6 +154,18 @@ class Builder:
                               unavailable_gpus=frozenset(unavailable),
                               steps_per_day=s.steps_per_day())
         return inp, problems
+
+    def _demand_problem(self, service: str, e: Exception) -> str:
+        """Why `service`'s demand could not be read, as its pods and Deployment are told;
+        an error other than a bad source is logged once (again when it changes)."""
+        if isinstance(e, ann.AnnotationError):
+            return str(e)
+        why = f"its demand could not be read: {type(e).__name__}: {e}"
+        if self._logged.get(service) != why:
+            self._logged[service] = why
+            log.warning("service %s: %s (kept as it is this step)", service, why,
+                        exc_info=e)
+        return why
 
     def _previous_sets(self, step: int) -> dict[str, frozenset[int]]:
         earlier = [k for k in self._sets if k < step]

@@ -51,6 +51,11 @@ from extender.planner import headroom, model, policies
 
 log = logging.getLogger(__name__)
 
+# The wait before retrying a failed round: the first, doubled after each failure in
+# a row up to the last (at most a quarter of a step), back to none once a round runs.
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 5.0
+
 
 @dataclass
 class StepResult:
@@ -149,6 +154,14 @@ class Controller:
         # at most every `min_gap` seconds; the step number only moves at boundaries.
         min_gap = min(10.0, max(0.2, self.settings.step_seconds / 5))
         tail = config.quiet_tail_seconds(self.settings.step_seconds)
+        # A failed round publishes nothing, so the step number stays behind and the
+        # boundary test stays true: without a wait the loop would retry at once, on
+        # and on (a core burnt, the API server and Prometheus hammered, the verbs
+        # starved of the GIL). Retry after a growing wait instead, never past the
+        # next boundary, and log the failure once per streak.
+        backoff_max = min(BACKOFF_MAX, max(BACKOFF_FIRST, self.settings.step_seconds / 4))
+        backoff = 0.0
+        failures = 0  # rounds failed in a row
         last = -math.inf
         while not self._stop.is_set():
             if not self.cache.synced():
@@ -163,12 +176,29 @@ class Controller:
                 try:
                     self.run_step()
                     self.last_error = None
+                    if failures:
+                        log.warning("step recovered after %d failed rounds", failures)
+                    failures, backoff = 0, 0.0
                     # The cache is a large, acyclic, long-lived heap: keep the cyclic GC
                     # from rescanning it (its full passes are the verbs' p99 outliers).
                     gc.freeze()
                 except Exception as e:  # noqa: BLE001 - the loop must survive a bad round
                     self.last_error = f"{type(e).__name__}: {e}"
-                    log.exception("step failed")
+                    metrics.STEP_FAILURES.inc()
+                    failures += 1
+                    backoff = min(backoff_max, backoff * 2 if backoff else BACKOFF_FIRST)
+                    if failures == 1:
+                        log.exception("step failed; retrying in %.1fs, then less often "
+                                      "(logged again when a round succeeds)", backoff)
+                    else:
+                        log.debug("step failed again (%d in a row): %s", failures,
+                                  self.last_error)
+                    # What the failed round was for is still to do: retried after the
+                    # wait (a boundary's round is, since the step has not moved).
+                    self._dirty.set()
+                    now = self.clock.now()
+                    until_next = self.time_of(self.step_of(now) + 1) - now
+                    self.clock.wait(self._stop, max(0.01, min(backoff, until_next)))
                 continue
             until_boundary = self.time_of(self.table.step + 1) - now
             wait = min(until_boundary, max(0.05, min_gap - (now - last)) if

@@ -99,3 +99,29 @@ def test_a_bad_answer_is_a_clear_error(prom: Server, answer: Any, status: int,
 def test_an_unreachable_prometheus_is_a_clear_error() -> None:
     with pytest.raises(ann.AnnotationError, match="Prometheus query failed"):
         prometheus.query_range("http://127.0.0.1:9/", "x", 1000.0, 1030.0, 10.0, timeout=2)
+
+
+def test_an_answer_cut_short_is_a_clear_error() -> None:
+    """Prometheus (or a proxy) drops the connection mid-body: http.client raises
+    IncompleteRead, which is neither OSError nor ValueError."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "4000")
+            self.end_headers()
+            self.wfile.write(b'{"status":"succ')
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ann.AnnotationError, match="Prometheus query failed"):
+            prometheus.query_range(f"http://127.0.0.1:{httpd.server_address[1]}/", "x",
+                                   1000.0, 1030.0, 10.0, timeout=5)
+    finally:
+        httpd.shutdown()
