@@ -209,6 +209,9 @@ def render(view: Mapping[str, Any]) -> str:
     summary = (f"{total} GPUs: {busy} busy now, {down} unavailable, "
                f"{total - busy - down} free. {len(running)} running, "
                f"{len(starting)} to start now ({would} GPUs), {len(waiting)} waiting.")
+    if view.get("last_error"):  # rounds are failing: this plan is the last one published
+        banner += ("<p class='shadow'><b>Rounds are failing.</b> This is the last plan "
+                   f"published; the latest error: {esc(str(view['last_error']))}</p>")
     title = f"gpuroster plan{' (shadow)' if shadow else ''}"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
 <style>

@@ -61,11 +61,20 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
         shutdown(controller, cache, elector)
 
     app = app_mod.create_app(
-        controller.verbs, view=lambda: controller.view,
+        controller.verbs, view=lambda: plan_view(controller),
         ready=lambda: cache.synced() and controller.rounds > 0,
         healthy=lambda: controller.alive() or controller.rounds == 0,
         on_start=start, on_stop=stop, max_body_bytes=settings.max_body_bytes)
     return controller, app
+
+
+def plan_view(controller: Any) -> dict[str, Any]:
+    """The last published plan, and, while rounds fail, the last error (`last_error`): a
+    failed round publishes nothing, so the plan shown is older than the step, and an
+    operator looking at it must see why."""
+    view: dict[str, Any] = controller.view
+    error = controller.last_error
+    return {**view, "last_error": error} if error and view else view
 
 
 def shutdown(controller: Any, cache: Any, elector: Any, wait: float = 10.0) -> None:

@@ -26,6 +26,7 @@ from extender.planner import model
 
 log = logging.getLogger(__name__)
 
+
 def _mask(gpus: frozenset[int]) -> int:
     m = 0
     for g in gpus:

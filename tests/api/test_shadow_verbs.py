@@ -66,3 +66,22 @@ def test_prioritize_scores_no_node_and_bind_is_refused_in_shadow_mode() -> None:
     assert "gpuroster_shadow_mode 1.0" in m
     assert "Shadow mode." in client.get("/plan/view").text
     assert client.get("/plan").json()["shadow"] is True
+
+
+def test_while_rounds_fail_the_plan_and_its_page_say_why() -> None:
+    # A failed round publishes nothing: the plan served is the last one, and says so.
+    fake = FakeKube()
+    fake.add("nodes", node(0))
+    settings = config.Settings(step_seconds=10.0, epoch=START)
+    ctl, app = main.build(settings, client=fake, clock=clock_mod.FakeClock(START))
+    for i in ctl.cache.all():
+        i.relist()
+    ctl.run_step()
+    client = TestClient(app)
+    assert "last_error" not in client.get("/plan").json()
+    ctl.last_error = "RuntimeError: the API server said <no>"
+    assert client.get("/plan").json()["last_error"] == "RuntimeError: the API server said <no>"
+    page = client.get("/plan/view").text
+    assert "Rounds are failing" in page and "said &lt;no&gt;" in page
+    ctl.last_error = None
+    assert "Rounds are failing" not in client.get("/plan/view").text
