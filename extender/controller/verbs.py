@@ -21,7 +21,6 @@ bindVerb, so kube-scheduler binds by itself.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,10 +43,6 @@ def admitted_node(pod: Obj) -> str | None:
     return node if node and ann.BLOCK in a else None
 
 
-# A bind of a pod the cache does not hold counts this long at most (the watch is late
-# to show a new pod; after that it is gone).
-UNSEEN_BIND_SECONDS = 30.0
-
 SURGE_HINT = ("; a rolling update's extra (surge) pod gets no GPU from the plan: give a "
               "real-time Deployment strategy.rollingUpdate.maxSurge: 0 and maxUnavailable: 1, "
               "or strategy Recreate (docs/annotations.md)")
@@ -67,77 +62,13 @@ class Verbs:
         self.table = table.Table()
         self._lock = threading.Lock()
         self._svc_used: dict[str, dict[str, int]] = {}  # service -> node -> GPUs its pods hold
-        # Service pods this replica bound that the cache does not show bound yet:
-        # pod key -> (service, node, GPUs, when).
-        self._binds: dict[str, tuple[str, str, int, float]] = {}
 
     def publish(self, t: table.Table, used: Mapping[str, Mapping[str, int]]) -> None:
-        """Answer from `t` from now on.
-
-        `used` is what the round's snapshot counted (the GPUs each service's pods held
-        per node when the round began). A bind that landed while the round planned is
-        not in it, and the count must not forget it (a second pod would take a GPU the
-        plan promised elsewhere), so the count is made again here from the cache, as
-        the snapshot made it, for the table's service pods and the binds since, and a
-        bind made while this runs is added on top."""
+        """Answer from `t` from now on; `used`: the GPUs each service's pods hold per node
+        in the round's snapshot (bindings since add to it)."""
         with self._lock:
-            binds = dict(self._binds)
-        fresh, counted, settled = self._count(t, binds)
-        with self._lock:
-            for k, (svc, node, gpus, _) in self._binds.items():
-                if k not in counted and k not in settled:  # bound while counting
-                    per = fresh.setdefault(svc, {})
-                    per[node] = per.get(node, 0) + gpus
-            for k in binds:
-                if k in counted and k not in settled and k not in self._binds:
-                    svc, node, gpus = counted[k]  # its bind failed while counting
-                    per = fresh.setdefault(svc, {})
-                    per[node] = max(0, per.get(node, 0) - gpus)
-            for k in settled:
-                if self._binds.get(k) == binds[k]:
-                    del self._binds[k]
-            self._svc_used = fresh
+            self._svc_used = {n: dict(u) for n, u in used.items()}
         self.table = t
-
-    def _count(self, t: table.Table, binds: Mapping[str, tuple[str, str, int, float]]
-               ) -> tuple[dict[str, dict[str, int]], dict[str, tuple[str, str, int]], set[str]]:
-        """(service -> node -> GPUs its live pods hold, bound, assumed or bound by this
-        replica; pod key -> (service, node, GPUs) counted; the binds the cache has
-        settled: the pod shown bound, ended or gone)."""
-        assumed = self.cache.assumed()
-        used: dict[str, dict[str, int]] = {}
-        counted: dict[str, tuple[str, str, int]] = {}
-        settled: set[str] = set()
-        now = time.monotonic()
-        for k in set(t.pod_service) | set(binds):
-            mine = binds.get(k)
-            pod = self.cache.get("pods", k)
-            if pod is None:
-                if mine is not None and now - mine[3] > UNSEEN_BIND_SECONDS:
-                    settled.add(k)
-                continue  # an unseen pod's bind is added on top while it is recent
-            if not snapshot.pod_live(pod):
-                if mine is not None:
-                    settled.add(k)
-                continue
-            spec = pod.get("spec") or {}
-            bound = spec.get("nodeName")
-            node = bound or assumed.get(k) or (mine[1] if mine else None)
-            svc = mine[0] if mine else t.pod_service.get(k)
-            if not node or svc is None:
-                continue
-            if mine is not None and bound:
-                settled.add(k)
-            try:
-                gpus = ann.pod_gpus(spec)
-            except ann.AnnotationError:
-                gpus = mine[2] if mine else 0
-            if gpus <= 0:
-                continue
-            per = used.setdefault(svc, {})
-            per[node] = per.get(node, 0) + gpus
-            counted[k] = (svc, node, gpus)
-        return used, counted, settled
 
     def filter(self, pod: Obj, nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         """(nodes that pass, failed node -> reason)."""
@@ -264,7 +195,6 @@ class Verbs:
                     metrics.BINDINGS.labels(outcome="refused").inc()
                     return f"service {svc}: no planned GPU free on {node}"
                 used[node] = used.get(node, 0) + gpus
-                self._binds[k] = (svc, node, gpus, time.monotonic())
         elif not (self.settings.namespaces and namespace not in self.settings.namespaces):
             metrics.BINDINGS.labels(outcome="refused").inc()
             return f"pod {k} is not admitted by the plan"
@@ -277,7 +207,6 @@ class Verbs:
                 with self._lock:
                     used = self._svc_used.setdefault(svc or "", {})
                     used[node] = max(0, used.get(node, 0) - gpus)
-                    self._binds.pop(k, None)
             metrics.BINDINGS.labels(outcome="failed").inc()
             return f"binding {k} to {node} failed: {e}"
         metrics.BINDINGS.labels(outcome="bound").inc()

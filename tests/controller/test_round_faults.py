@@ -219,50 +219,6 @@ def _one_replica(rig: Rig, *names: str) -> str:
     return node
 
 
-def test_a_bind_made_while_the_round_plans_still_counts_after_it_publishes() -> None:
-    rig = Rig(nodes=2)
-    node = _one_replica(rig, "a", "b")
-    real = rig.ctl.take_snapshot
-
-    def snapshot_then_bind() -> Any:
-        snap = real()
-        assert rig.verbs.bind("ns", "svc-abc12-a", None, node) is None
-        return snap
-
-    rig.ctl.take_snapshot = snapshot_then_bind  # type: ignore[method-assign]
-    rig.ctl.run_step()
-    rig.ctl.take_snapshot = real  # type: ignore[method-assign]
-    assert rig.verbs.bind("ns", "svc-abc12-b", None, node) is not None
-    passed, _ = rig.verbs.filter(rig.fake.pod("ns/svc-abc12-b"), [node])
-    assert passed == []
-    bound = [k for k, p in rig.fake.objects["pods"].items() if p["spec"].get("nodeName")]
-    assert bound == ["ns/svc-abc12-a"]
-    # Once the watch shows it bound, it counts from the cache and the log forgets it.
-    rig.step()
-    assert rig.verbs._binds == {}
-    assert rig.verbs._svc_used["ns/svc"] == {node: 1}
-
-
-def test_a_failed_bind_and_an_ended_pod_stop_counting() -> None:
-    rig = Rig(nodes=2)
-    node = _one_replica(rig, "a", "b")
-    rig.fake.fail_bind.add("ns/svc-abc12-a")
-    assert rig.verbs.bind("ns", "svc-abc12-a", None, node) is not None
-    rig.ctl.run_step()
-    assert rig.verbs._svc_used.get("ns/svc", {}).get(node, 0) == 0
-    assert rig.verbs.bind("ns", "svc-abc12-b", None, node) is None
-    rig.step()
-    assert rig.verbs._svc_used["ns/svc"] == {node: 1}
-    done = rig.fake.pod("ns/svc-abc12-b")
-    done["status"]["phase"] = "Failed"
-    rig.fake.add("pods", done)
-    rig.step()
-    assert rig.verbs._svc_used.get("ns/svc", {}).get(node, 0) == 0
-
-
-# --- a rolling update's surge pod ----------------------------------------------------------
-
-
 def _rollout(rig: Rig, strategy: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
     rig.fake.add("configmaps", configmap("d", curve="1"))
     dep = deployment("svc", replicas=1, notes={"gpuroster.io/demand-configmap": "d"})
