@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -92,3 +94,66 @@ def test_the_byte_search_finds_the_longest_run_beside_the_curve(capacity: list[i
     assert packed is not None
     assert (allocating._packed_room(packed.translate(allocating._below(size)), R)
             == allocating._curve_room(capacity, size, R))
+
+
+def _trade_each_step(q: model.QueuedJob, d: int, allow: int, occ: list[int],
+                     slack: list[int], short: list[int], shrunk: list[int], near: Any,
+                     margin: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
+                     W: int, cum: tuple[float, ...], R: int) -> tuple[int, Any] | None:
+    """What a job past the starvation bound looks ahead for, plainly: each step in turn."""
+    for at in range(1, R + 1):
+        trade = allocating._trade(q, at, d, allow, occ, slack, short,
+                                  shrunk[at] | near(at + d, margin), shortable, c, W, cum)
+        if trade is not None:
+            return at, trade
+    return None
+
+
+@given(seed=st.integers(0, 2**32), nodes=st.integers(1, 3), size=st.sampled_from([1, 2, 4]),
+       W=st.integers(3, 40), d=st.integers(1, 45), priority=st.floats(0.1, 20.0),
+       decay=st.sampled_from([0.0, 0.02, 0.1]), busy=st.floats(0.0, 0.95))
+def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_taken(
+    seed: int, nodes: int, size: int, W: int, d: int, priority: float, decay: float,
+    busy: float,
+) -> None:
+    c = model.Cluster(nodes=nodes, gpus_per_node=4)
+    rnd = random.Random(seed)
+
+    def mask(p: float) -> int:
+        return sum(1 << g for g in range(c.gpus) if rnd.random() < p)
+
+    R = W - 1
+    occ = [mask(busy) for _ in range(W)]
+    shrunk = [mask(busy / 3) for _ in range(W)]
+    slack = [rnd.randint(-2, c.gpus) for _ in range(W)]
+    short = [rnd.randint(0, 2) for _ in range(W)]
+    shortable = sorted((rnd.choice([0.5, 2.0, 10.0]), [rnd.randint(0, c.gpus) for _ in range(W)])
+                       for _ in range(rnd.randint(1, 2)))
+    cum = allocating._cumulative_weights(decay, W)
+    near_masks = {end: mask(0.1) for end in range(W + 50)}
+
+    def near(end: int, margin: int) -> int:
+        return near_masks[end] if margin else 0
+
+    allow = mask(0.9) | mask(0.9)
+    q = model.QueuedJob("j", size, d, 0, priority)
+    want = _trade_each_step(q, d, allow, occ, slack, short, shrunk, near, 2, shortable, c,
+                            W, cum, R)
+    full_at = bytearray(R + 1)
+    cum_a = np.asarray(cum)
+    least = allocating._least_shortfall(size, slack, cum_a, shortable[0][0])
+    got = allocating._drain_trade(q, d, allow, occ, slack, short, shrunk, near, 2,
+                                  shortable, c, W, cum, cum_a, R, full_at, least)
+    assert got == want
+    # The steps it marked have no block free at the step for any job of the size and
+    # GPUs: the next job's look-ahead in the pass, the grid only fuller, skips them.
+    for at in range(1, R + 1):
+        if full_at[at]:
+            assert not blocks.start_positions(allow & ~occ[at] & ~shrunk[at], size, c)
+    occ = [x | mask(0.1) for x in occ]
+    again = model.QueuedJob("k", size, max(1, d - 1), 0, priority * 2)
+    want = _trade_each_step(again, again.estimate_steps, allow, occ, slack, short, shrunk,
+                            near, 2, shortable, c, W, cum, R)
+    assert allocating._drain_trade(again, again.estimate_steps, allow, occ, slack, short,
+                                   shrunk, near, 2, shortable, c, W, cum, cum_a, R,
+                                   full_at, least) == want
