@@ -127,13 +127,19 @@ def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
     assert len(times) == len(cpu) == 2 * 24 and all(t > 0 for t in times)  # a step, a seed
     arrived = max(sum(1 for j in s.jobs if j.arrival_step <= 23) for s in case.scenarios())
     assert 10 < deepest <= arrived  # the queue grows: 80 jobs in a day on 16 GPUs
-    table = benchmarking.latency_table(repeats=2, cases=((8, 15),), deep=case)
+    starved = benchmarking.DeepCase(gpus=8, jobs=40, days=3, seeds=(1,), service_share=0.9,
+                                    estimate_error=0.5, label="starved")
+    table = benchmarking.latency_table(repeats=2, cases=((8, 15),), deep=case, starved=starved)
     row = next(line for line in table.splitlines() if " deep " in line)
     assert row.split()[:4] == ["16", "80", "deep", f"<={deepest}"]
     assert row.split()[8] == "48" and row.endswith(("<= 10 ms: met", "<= 10 ms: MISSED"))
     eight = next(line for line in table.splitlines() if line.split()[:3] == ["8", "15", "cold"])
     assert "<= 1 ms:" in eight
     assert re.search(r"CPU time p50 [\d.]+ / p99 [\d.]+ ms", table)
+    row = next(line for line in table.splitlines() if " starved " in line)
+    assert row.split()[:3] == ["8", "40", "starved"] and row.split()[8] == "72"  # 3 days
+    assert not row.endswith(("met", "MISSED"))  # no target is set for it
+    assert "services' peaks 90% of the cluster, estimates off (sigma 0.5)" in table
 
 
 def _small_result(tmp_path: Path, name: str) -> tuple[Path, dict[str, Any]]:
