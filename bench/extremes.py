@@ -30,9 +30,10 @@ from typing import Any
 
 from orders import parse_seeds  # bench/, the script's folder
 
+from extender import benchmarking
 from extender.planner import legality, metrics, scenario, simulating
 
-POLICIES = ("fifo", "priority-skip", "priority-easy", "gpuroster")
+POLICIES = benchmarking.DEFAULT_POLICIES  # the ones `gpuroster bench` runs
 
 
 def document(seed: int) -> dict[str, Any]:
