@@ -52,8 +52,16 @@ def test_cluster_run_agrees_with_the_simulator(
     assert not row.illegal, row.illegal
     assert row.sim is not None  # fifo and gpuroster both run in the simulator
     result = tmp_path / f"{name}.{policy}.cluster.json"
-    result.write_text(json.dumps(clusterbench.result_document(row)))
+    doc = clusterbench.result_document(row)
+    result.write_text(json.dumps(doc))
     assert cli.main(["check", name, str(result)]) == 0
+    # MODEL.md's plan_ms, from the extender's own timing of its re-plans: a round at
+    # every step boundary at least, more where the cluster changed within a step
+    plan_ms = doc["plan_ms"]
+    print(f"  plan ms over {doc['plan_rounds']} re-plans: {plan_ms}")
+    assert set(plan_ms) == {"p50", "p99", "max"}
+    assert 0 < plan_ms["p50"] <= plan_ms["p99"] <= plan_ms["max"]
+    assert doc["plan_rounds"] >= s.duration_steps
     assert abs(row.util_gap) <= clusterbench.UTIL_POINTS, (
         f"utilization {row.cluster.utilization:.1f}% vs simulator {row.sim.utilization:.1f}%"
     )

@@ -23,7 +23,8 @@ from typing import Any
 
 from extender import scenarios
 from extender.planner import legality, metrics, model, policies, simulating
-from extender.results import Row, format_table, percentiles_ms, result_document, summary
+from extender.planner.metrics import percentiles_ms
+from extender.results import Row, format_table, result_document, summary
 
 DEFAULT_POLICIES = ("fifo", "priority-skip", "priority-easy", "gpuroster")
 FULL_MAX_GPUS = 64  # full mode and the MILP bound run up to this size

@@ -148,6 +148,10 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
         "step_seconds": r.replay.step_seconds,
         "notes": r.replay.notes + r.illegal,
     }
+    if r.replay.plan_ms is not None:
+        # the peer's re-plans (several a step on a cluster), as `/plan` timed them
+        doc["plan_ms"] = r.replay.plan_ms
+        doc["plan_rounds"] = r.replay.plan_rounds
     if r.sim is not None:
         doc["simulator"] = {"utilization": r.sim.utilization, "value": r.sim.value}
     if r.replay.held is not None:

@@ -9,11 +9,8 @@ and it imports none of them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from extender.planner import metrics, model, simulating
 
@@ -26,17 +23,6 @@ class Row:
     plan_ms: dict[str, float]
     run: simulating.Run | None = None
     extra: dict[str, Any] | None = None
-
-
-def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
-    if not seconds:
-        return {"p50": 0.0, "p99": 0.0, "max": 0.0}
-    a = np.asarray(seconds) * 1e3
-    return {
-        "p50": round(float(np.percentile(a, 50)), 4),
-        "p99": round(float(np.percentile(a, 99)), 4),
-        "max": round(float(a.max()), 4),
-    }
 
 
 def result_document(row: Row) -> dict[str, Any]:

@@ -69,12 +69,19 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
 
 
 def plan_view(controller: Any) -> dict[str, Any]:
-    """The last published plan, and, while rounds fail, the last error (`last_error`): a
-    failed round publishes nothing, so the plan shown is older than the step, and an
-    operator looking at it must see why."""
+    """The last published plan; the plan time of the rounds kept (`plan_ms`: p50, p99 and
+    max in ms, as MODEL.md's result files give them, and `rounds`, how many); while
+    rounds fail, the last error (`last_error`): a failed round publishes nothing, so the
+    plan shown is older than the step, and an operator looking at it must see why."""
+    from extender.planner.metrics import percentiles_ms
+
     view: dict[str, Any] = controller.view
+    if not view:
+        return view
+    times = controller.plan_times()
+    out = {**view, "plan_ms": {**percentiles_ms(times), "rounds": len(times)}}
     error = controller.last_error
-    return {**view, "last_error": error} if error and view else view
+    return {**out, "last_error": error} if error else out
 
 
 def shutdown(controller: Any, cache: Any, elector: Any, wait: float = 10.0) -> None:

@@ -30,6 +30,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 # a row up to the last (at most a quarter of a step), back to none once a round runs.
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
+# Plan times kept for `/plan`'s percentiles: a day of rounds at a re-plan every
+# ~10 s, a replay's few per step; 80 KB of floats.
+PLAN_TIMES_KEPT = 10_000
 
 
 @dataclass
@@ -100,6 +104,8 @@ class Controller:
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.rounds = 0
+        self._plan_times: deque[float] = deque(maxlen=PLAN_TIMES_KEPT)  # seconds, oldest first
+        self._plan_times_lock = threading.Lock()
 
     def _make_policy(self) -> policies.Policy:
         if self.settings.policy == "gpuroster":
@@ -111,6 +117,13 @@ class Controller:
                                    stand_in_hours=self.settings.stand_in_hours,
                                    spare_fill=self.settings.spare_replicas)
         return policies.create(self.settings.policy)
+
+    def plan_times(self) -> list[float]:
+        """The policy call's time (seconds) in each of the last rounds that planned, at
+        most `PLAN_TIMES_KEPT`, oldest first (the histogram's buckets bound a percentile;
+        these give it)."""
+        with self._plan_times_lock:
+            return list(self._plan_times)
 
     @property
     def table(self) -> table.Table:
@@ -230,6 +243,8 @@ class Controller:
         plan = self._plan(snap, inp)
         took = time.perf_counter() - t0
         metrics.PLAN_DURATION.observe(took)
+        with self._plan_times_lock:
+            self._plan_times.append(took)
         metrics.STEPS.inc()
         # The plan page shows what is being committed, before the writes go out.
         self.view = planview.build(snap, plan, inp, step, self.time_of(step),

@@ -136,3 +136,16 @@ def compute(s: model.Scenario, grid: np.ndarray) -> Metrics:
         jobs_total=nj,
         waits=tuple(waits),
     )
+
+
+def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """MODEL.md's `plan_ms` of a run's plan times (seconds): p50, p99 and max in
+    milliseconds; zeros where nothing was timed."""
+    if not seconds:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    a = np.asarray(seconds, dtype=np.float64) * 1e3
+    return {
+        "p50": round(float(np.percentile(a, 50)), 4),
+        "p99": round(float(np.percentile(a, 99)), 4),
+        "max": round(float(a.max()), 4),
+    }

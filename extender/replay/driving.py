@@ -54,6 +54,8 @@ class Replay:
     # (allocated, not useful: empty in `grid`); None for peers that never do that
     held: np.ndarray | None = None
     setup: dict[str, Any] = field(default_factory=dict)  # what the peer ran, for the result
+    plan_ms: dict[str, float] | None = None  # the peer's plan times (`peers.Context`)
+    plan_rounds: int = 0
 
 
 def exit_on_termination() -> None:
@@ -185,6 +187,8 @@ def play(
         samples,
         back.held,
         dict(ctx.setup),
+        ctx.plan_ms,
+        ctx.plan_rounds,
     )
     peer.cleanup(ctx)
     world.wipe(core, apps, namespace)

@@ -177,7 +177,7 @@ def run(args: argparse.Namespace, now: float | None = None) -> int:
                                    s.duration_steps)
     broken = legality.violations(s, grid, churn=churn)
     names = [j.name for j in s.jobs] + [v.name for v in s.services]
-    actual = results.Row(s, "actual", metrics.compute(s, grid), results.percentiles_ms([]),
+    actual = results.Row(s, "actual", metrics.compute(s, grid), metrics.percentiles_ms([]),
                          simulating.Run(s, "actual", grid, names))
     rows = [actual] + [benchmarking.run_one(s, p, False) for p in wanted]
     replica_demand = any("replica history" in n for n in notes)

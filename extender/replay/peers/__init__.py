@@ -66,6 +66,10 @@ class Context:
     t0: float = 0.0  # wall time of step 0's start
     notes: list[str] = field(default_factory=list)
     setup: dict[str, Any] = field(default_factory=dict)  # what the peer ran, for the result
+    # The peer's own plan times, for the result's `plan_ms` (p50, p99, max in ms) and
+    # how many re-plans they cover; None for a peer that does not time its plans.
+    plan_ms: dict[str, float] | None = None
+    plan_rounds: int = 0
 
 
 class Peer:

@@ -89,6 +89,20 @@ class ExtenderProcess:
                 time.sleep(0.2)
         raise RuntimeError(f"gpuroster serve not healthy after {timeout}s; log: {self.log_path}")
 
+    def plan_times(self) -> tuple[dict[str, float], int] | None:
+        """`/plan`'s plan times: (p50, p99 and max in ms, rounds timed); None when the
+        process does not answer or has planned nothing."""
+        if self.proc.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/plan", timeout=5) as r:
+                times = json.load(r).get("plan_ms")
+        except (OSError, ValueError):
+            return None
+        if not isinstance(times, dict) or not times.get("rounds"):
+            return None
+        return {k: float(times[k]) for k in ("p50", "p99", "max")}, int(times["rounds"])
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -156,8 +170,21 @@ class ExtenderPeer(Peer):
             raise RuntimeError(f"gpuroster serve died at step {t}; log: {ext.log_path}")
 
     def stop(self) -> None:
-        if self.extender is not None:
-            self.extender.stop()
+        if self.extender is None:
+            return
+        # The plan times, before the process goes: its re-plans (several a step), timed
+        # around the policy call as the simulator times its one plan a step.
+        timed = self.extender.plan_times()
+        ctx = self._ctx
+        if ctx is not None:
+            if timed is None:
+                ctx.notes.append("no plan times: the extender did not answer /plan at the end")
+            else:
+                ctx.plan_ms, ctx.plan_rounds = timed
+                if self.starts > 1:
+                    ctx.notes.append(f"plan_ms covers the last of {self.starts} gpuroster serve "
+                                     "processes (the extender was restarted)")
+        self.extender.stop()
 
     def log_tail(self) -> str:
         if self.extender is None:
