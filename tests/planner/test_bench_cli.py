@@ -122,14 +122,15 @@ def test_unknown_policy_and_command() -> None:
 
 
 def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
-    case = benchmarking.DeepCase(gpus=16, jobs=80, days=1, seeds=(1, 2))
+    case = benchmarking.DeepCase(gpus=16, jobs=80, days=1, seeds=(1, 2),
+                                 target_ms=benchmarking.DEEP_TARGET_MS)
     times, cpu, deepest = benchmarking.deep_queue_times(case)
     assert len(times) == len(cpu) == 2 * 24 and all(t > 0 for t in times)  # a step, a seed
     arrived = max(sum(1 for j in s.jobs if j.arrival_step <= 23) for s in case.scenarios())
     assert 10 < deepest <= arrived  # the queue grows: 80 jobs in a day on 16 GPUs
     starved = benchmarking.DeepCase(gpus=8, jobs=40, days=3, seeds=(1,), service_share=0.9,
                                     estimate_error=0.5, label="starved")
-    table = benchmarking.latency_table(repeats=2, cases=((8, 15),), deep=case, starved=starved)
+    table = benchmarking.latency_table(repeats=2, cases=((8, 15),), queues=(case, starved))
     row = next(line for line in table.splitlines() if " deep " in line)
     assert row.split()[:4] == ["16", "80", "deep", f"<={deepest}"]
     assert row.split()[8] == "48" and row.endswith(("<= 10 ms: met", "<= 10 ms: MISSED"))
