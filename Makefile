@@ -95,7 +95,7 @@ test: venv cluster-bin browser
 # --- quality gates -------------------------------------------------------------
 HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
-LINT = $(PY) -m ruff check extender tests e2e && $(PY) -m mypy extender tests e2e \
+LINT = $(PY) -m ruff check extender tests e2e bench && $(PY) -m mypy extender tests e2e bench \
 	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
 	&& $(VENV)/bin/hadolint Containerfile
 

@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -173,9 +174,10 @@ def plot(outcomes: list[Outcome], path: Path) -> Path:
     ax.legend(loc="center left")
     names = sorted({o.kind for o in outcomes})
     width = 0.27
-    for i, (label, pick) in enumerate((("fifo", lambda o: o.fifo),
-                                       ("before", lambda o: o.bare),
-                                       (f"gpuroster @ {DEFAULT:g}", lambda o: o.gpuroster[DEFAULT]))):
+    bars: tuple[tuple[str, Callable[[Outcome], metrics.Metrics]], ...] = (
+        ("fifo", lambda o: o.fifo), ("before", lambda o: o.bare),
+        (f"gpuroster @ {DEFAULT:g}", lambda o: o.gpuroster[DEFAULT]))
+    for i, (label, pick) in enumerate(bars):
         kinds.bar([j + (i - 1) * width for j in range(len(names))],
                   [statistics.mean(_sl(pick(o)) for o in outcomes if o.kind == k)
                    for k in names], width, label=label,
