@@ -131,8 +131,11 @@ class Options:
     stand_in_hours: float = 2.0
     # Headroom never raises a service's plan above this many times the larger of its
     # forecast's peak over the day ahead (what fifo reserves all day) and its demand's peak
-    # over the error window (`servicing.service_room`); 0: no cap. 1.2: the most a day-old
-    # forecast's peak grows by in a day (the day-earlier family draws 0-25%). Measured at
+    # over the error window (while the stand-in fills it: the real demand's peak and the
+    # static reservation, not the stand-in's draws, since the seventh session of
+    # 2026-12-05: noise at sigma 0.6 -10.2% -> -3.4% against priority-easy, README;
+    # `servicing.service_room`); 0: no cap. 1.2: the most a day-old forecast's peak grows
+    # by in a day (the day-earlier family draws 0-25%). Measured at
     # 0.995 (2026-12-05): forecasts off by a lognormal sigma of 0.6 at every step 16.6% ->
     # 10.2% under priority-easy's value at the same 100% service level (`bench/steps.py
     # --minutes 60 --seeds 300-344 --forecast-error 0.6`; at 0.3 +2.1 -> +2.5% over it);

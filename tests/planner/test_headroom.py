@@ -482,16 +482,24 @@ def test_headroom_is_capped_by_the_larger_of_the_forecast_peak_and_the_demand_pe
     assert allocating.Options().headroom_cap == 1.2
 
 
-def test_while_the_stand_in_fills_the_window_its_peak_counts_as_demand_seen() -> None:
-    # A fresh service told a copy (it zigzags) whose burst is 9: the stand-in's burst is
-    # 4 + sqrt(2) x 5 = 11, and the cap is 1.2 x 11 = 14 GPUs, not 1.2 x the forecast's 9.
+def test_while_the_stand_in_fills_the_window_the_cap_counts_real_demand_and_reservation() -> None:
+    # A fresh service told a copy (it zigzags) whose burst is 9: the stand-in's draws reach
+    # 4 + sqrt(2) x 5 = 11, but no demand did. The cap is 1.2 x the forecast's 9 (11 GPUs),
+    # or 1.2 x the operator's static reservation, or the real demand seen, where that is
+    # more (12 at 10); never 1.2 x the stand-in's 11 (14).
     jittery = [4, 5, 4, 5, 4, 4, 4, 8, 8, 4, 4, 3] + [4, 4, 5, 4, 5, 4, 3, 4, 4, 9, 9, 4]
     told = jittery * 2
     assert max(headroom.jitter(told, 2, 96)[0]) == 11
-    free = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2)
-    capped = servicing.service_room(_fresh(jittery), told, 0.99, 24, stand_in=2, cap=1.2)
-    assert max(a + r for a, r in zip(told, free, strict=True)) == 16
-    assert max(a + r for a, r in zip(told, capped, strict=True)) == 14
+
+    def most(v: model.ServiceState, cap: float) -> int:
+        room = servicing.service_room(v, told, 0.99, 24, stand_in=2, cap=cap)
+        return max(a + r for a, r in zip(told, room, strict=True))
+
+    fresh = _fresh(jittery)
+    assert most(fresh, 0.0) == 16
+    assert most(fresh, 1.2) == 11
+    assert most(replace(fresh, reservation=10), 1.2) == 12
+    assert most(replace(fresh, past_demand=(4, 10, 4), past_forecast=(4, 5, 4)), 1.2) == 12
 
 
 def test_a_service_placed_before_one_that_sheds_gets_the_gpu_it_gave_back() -> None:
