@@ -426,6 +426,23 @@ def _metric_problem(key: str, got: Any, want: float) -> str | None:
     return None
 
 
+def _plan_ms_problem(got: Any) -> str | None:
+    """What is wrong with a result file's `plan_ms` (p50, p99 and max plan times in ms,
+    each a finite number >= 0, in that order), or None. It cannot be re-derived from the
+    grid, only read for sense; a file without it (a peer that times no plan) passes."""
+    keys = ("p50", "p99", "max")
+    if not isinstance(got, dict):
+        return f"plan_ms: expected a mapping of {', '.join(keys)}, file says {got!r}"
+    for key in keys:
+        x = got.get(key)
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+            return f"plan_ms.{key}: file says {x!r}, not a time in ms (a number >= 0)"
+    if not got["p50"] <= got["p99"] <= got["max"]:
+        return (f"plan_ms: file says p50 {got['p50']}, p99 {got['p99']}, max {got['max']}; "
+                "a percentile cannot pass a higher one")
+    return None
+
+
 def check_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuroster check", description="check a result file against its scenario"
@@ -468,6 +485,10 @@ def check_main(argv: Sequence[str]) -> int:
     else:
         problems.append(f"metrics: expected a mapping of {', '.join(expected)}, "
                         f"file says {written!r}")
+    if "plan_ms" in doc:
+        problem = _plan_ms_problem(doc["plan_ms"])
+        if problem:
+            problems.append(problem)
     if problems:
         print("\n".join(problems))
         return 1

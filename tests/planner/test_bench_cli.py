@@ -192,6 +192,25 @@ def test_check_reports_a_metric_that_is_not_a_number(
     assert "metrics: expected a mapping" in capsys.readouterr().out
 
 
+def test_check_reads_plan_ms_for_sense_and_passes_a_file_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, doc = _small_result(tmp_path, "one")
+    assert set(doc["plan_ms"]) == {"p50", "p99", "max"}
+    assert _check(tmp_path, path, doc) == 0
+    assert _check(tmp_path, path, {k: v for k, v in doc.items() if k != "plan_ms"}) == 0
+    capsys.readouterr()
+    for bad, says in (([1, 2, 3], "plan_ms: expected a mapping"),
+                      ({"p50": 1.0, "p99": 2.0}, "plan_ms.max: file says None"),
+                      ({"p50": "fast", "p99": 2.0, "max": 3.0}, "plan_ms.p50: file says 'fast'"),
+                      ({"p50": 1.0, "p99": -2.0, "max": 3.0}, "plan_ms.p99: file says -2.0"),
+                      ({"p50": 1.0, "p99": True, "max": 3.0}, "plan_ms.p99: file says True"),
+                      ({"p50": 2.0, "p99": 1.0, "max": 3.0}, "cannot pass a higher one"),
+                      ({"p50": 1.0, "p99": 4.0, "max": 3.0}, "cannot pass a higher one")):
+        assert _check(tmp_path, path, {**doc, "plan_ms": bad}) == 1, bad
+        assert says in capsys.readouterr().out, bad
+
+
 def test_check_refuses_a_grid_that_is_not_rows_of_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
