@@ -209,6 +209,11 @@ def render(view: Mapping[str, Any]) -> str:
     summary = (f"{total} GPUs: {busy} busy now, {down} unavailable, "
                f"{total - busy - down} free. {len(running)} running, "
                f"{len(starting)} to start now ({would} GPUs), {len(waiting)} waiting.")
+    timed = view.get("plan_ms")
+    if isinstance(timed, dict) and timed.get("rounds"):  # the plan time of the rounds kept
+        summary += (f" Planned in {float(timed['p50']):.2f} ms at the median, "
+                    f"{float(timed['p99']):.2f} ms at p99 over the last "
+                    f"{int(timed['rounds'])} rounds.")
     if view.get("last_error"):  # rounds are failing: this plan is the last one published
         banner += ("<p class='shadow'><b>Rounds are failing.</b> This is the last plan "
                    f"published; the latest error: {esc(str(view['last_error']))}</p>")

@@ -51,3 +51,13 @@ def test_only_the_last_rounds_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     results = [ctl.run_step() for _ in range(5)]
     assert ctl.plan_times() == [r.plan_seconds for r in results[2:]]
     assert client.get("/plan").json()["plan_ms"]["rounds"] == 3
+
+
+def test_the_plan_page_says_how_long_planning_takes() -> None:
+    ctl, client = built()
+    for _ in range(3):
+        ctl.run_step()
+    timed = client.get("/plan").json()["plan_ms"]
+    page = client.get("/plan/view").text
+    assert (f"Planned in {timed['p50']:.2f} ms at the median, {timed['p99']:.2f} ms at p99 "
+            "over the last 3 rounds.") in page
