@@ -105,11 +105,10 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
         # demanded). On real demand alone, trace-shaped day-earlier copies
         # (`day_earlier(100, 600)`) went 10 -> 15 under fifo's service level (README);
         # with the reservation, 10 -> 10, value at least fifo's on 85 -> 89 (2026-12-05).
+        real = n if sd else error_window  # the window's last steps that are real demand
+        seen = max(pd[len(pd) - real:], default=0)
         if sd:
-            seen = max(max(v.past_demand[len(v.past_demand) - n:], default=0),
-                       v.reservation or 0)
-        else:
-            seen = max(pd[len(pd) - error_window:], default=0)
+            seen = max(seen, v.reservation or 0)
         peak = headroom.dilate(forecast, timing_window - 1, (), 0)  # the peak of each day ahead
         room = [r if r <= 0 else min(r, max(0, math.ceil(cap * (p if p > seen else seen) - 1e-9)
                                              - a))
