@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from extender import scenarios
 from extender.planner import legality, metrics, model, policies, simulating
@@ -416,10 +416,15 @@ def _grid_problem(grid: Any) -> str | None:
     return None
 
 
+def _is_number(x: Any) -> TypeGuard[int | float]:
+    """A finite int or float, as JSON gives them (true and false are not numbers here)."""
+    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x)
+
+
 def _metric_problem(key: str, got: Any, want: float) -> str | None:
     if got is None:
         return f"metrics.{key}: missing, the grid gives {want}"
-    if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
+    if not _is_number(got):
         return f"metrics.{key}: file says {got!r}, not a number (the grid gives {want})"
     if abs(float(got) - want) > 1e-6 * max(1.0, abs(want)):
         return f"metrics.{key}: file says {got}, the grid gives {want}"
@@ -435,7 +440,7 @@ def _plan_ms_problem(got: Any) -> str | None:
         return f"plan_ms: expected a mapping of {', '.join(keys)}, file says {got!r}"
     for key in keys:
         x = got.get(key)
-        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+        if not _is_number(x) or x < 0:
             return f"plan_ms.{key}: file says {x!r}, not a time in ms (a number >= 0)"
     if not got["p50"] <= got["p99"] <= got["max"]:
         return (f"plan_ms: file says p50 {got['p50']}, p99 {got['p99']}, max {got['max']}; "
