@@ -90,6 +90,7 @@ class ServiceInfo:
     replicas: int
     # GPUs in use (bound or assumed, not terminal) per node name
     gpus_by_node: dict[str, int] = field(default_factory=dict)
+    counted: set[str] = field(default_factory=set)  # the pods (keys) gpus_by_node counts
     pending: list[Obj] = field(default_factory=list)
     # The nodes (indices) its pod template may run on; None: all of them.
     nodes: frozenset[int] | None = None
@@ -263,6 +264,7 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
             if live and node:
                 sv = services[dep]
                 sv.gpus_by_node[node] = sv.gpus_by_node.get(node, 0) + gpus
+                sv.counted.add(k)
             elif live:
                 services[dep].pending.append(p)
             continue

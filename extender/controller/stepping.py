@@ -237,6 +237,7 @@ class Controller:
     def run_step(self) -> StepResult:
         now = self.clock.now()
         step = self.step_of(now)
+        since = self.verbs.mark()  # service pods bound from here on may miss the snapshot
         snap = self.take_snapshot()
         inp, problems = self.plan_input(snap, step)
         t0 = time.perf_counter()
@@ -261,7 +262,7 @@ class Controller:
                                      self.settings.step_seconds)
         published = table.build(snap, plan, step, self.time_of(step + 1), admitted, problems,
                                 waiting)
-        self.verbs.publish(published, {n: sv.gpus_by_node for n, sv in snap.services.items()})
+        self.verbs.publish(published, snap.services, since)
         scaled: dict[str, int] = {}
         if leading:
             scaled = w.scale(snap, plan, step, published.service_planned)

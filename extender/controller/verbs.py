@@ -3,8 +3,9 @@ the HTTP layer asks before a filter).
 
 Owns: the last published `table.Table` and, between two rounds, the GPUs each
 service's pods took on each node (bindings count against the plan's room at
-once, before the watch shows the pod bound). `Verbs` is what `extender.api`
-serves (its `Verbs` protocol).
+once, before the watch shows the pod bound, and a binding made while a round
+planned still counts after that round publishes). `Verbs` is what
+`extender.api` serves (its `Verbs` protocol).
 
 May not touch: the plan or the round. The verbs read the last Table and the
 admission annotations of the pod in hand; they never plan, never wait for a
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from extender import config, metrics
 from extender.adapter import annotations as ann
@@ -51,6 +52,15 @@ SHADOW_BIND = ("gpuroster is in shadow mode and binds nothing: remove bindVerb f
                "scheduler's extender configuration (the chart does with shadow: true)")
 
 
+class _Bound(NamedTuple):
+    """A service pod this process bound: the `seq`-th such binding."""
+    seq: int
+    pod: str
+    service: str
+    node: str
+    gpus: int
+
+
 class Verbs:
     """Answers kube-scheduler from the last published table."""
 
@@ -62,13 +72,35 @@ class Verbs:
         self.table = table.Table()
         self._lock = threading.Lock()
         self._svc_used: dict[str, dict[str, int]] = {}  # service -> node -> GPUs its pods hold
+        self._bound: list[_Bound] = []  # service bindings a snapshot may not have seen yet
+        self._seq = 0  # the next service binding's number
 
-    def publish(self, t: table.Table, used: Mapping[str, Mapping[str, int]]) -> None:
-        """Answer from `t` from now on; `used`: the GPUs each service's pods hold per node
-        in the round's snapshot (bindings since add to it)."""
+    def mark(self) -> int:
+        """Where the service bindings stand; a round asks just before its snapshot and
+        hands the answer to `publish`."""
         with self._lock:
-            self._svc_used = {n: dict(u) for n, u in used.items()}
-        self.table = t
+            return self._seq
+
+    def publish(self, t: table.Table, services: Mapping[str, snapshot.ServiceInfo],
+                since: int) -> None:
+        """Answer from `t` from now on. What each service's pods hold per node is what
+        the round's snapshot counted (`services`, taken after `mark` said `since`), plus
+        the bindings from `since` on that it did not count: a pod bound while the round
+        planned holds its GPUs, and forgetting it until the next round would let a
+        second pod bind where the plan holds one."""
+        with self._lock:
+            used = {n: dict(sv.gpus_by_node) for n, sv in services.items()}
+            # A binding before `since` was assumed in the cache before the snapshot was
+            # taken (`bind` assumes under the lock): the snapshot counts it, or its pod
+            # has gone.
+            self._bound = [b for b in self._bound if b.seq >= since]
+            for b in self._bound:
+                sv = services.get(b.service)
+                if sv is not None and b.pod not in sv.counted:
+                    on = used[b.service]
+                    on[b.node] = on.get(b.node, 0) + b.gpus
+            self._svc_used = used
+            self.table = t
 
     def filter(self, pod: Obj, nodes: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         """(nodes that pass, failed node -> reason)."""
@@ -182,6 +214,7 @@ class Verbs:
         svc = t.pod_service.get(k) or (snapshot.deployment_of(pod) if pod else None)
         want = t.assigned.get(k) or (admitted_node(pod) if pod else None)
         gpus = 0
+        seq = -1  # a service binding's number
         if want is not None:
             if want != node:
                 metrics.BINDINGS.labels(outcome="refused").inc()
@@ -195,16 +228,24 @@ class Verbs:
                     metrics.BINDINGS.labels(outcome="refused").inc()
                     return f"service {svc}: no planned GPU free on {node}"
                 used[node] = used.get(node, 0) + gpus
+                seq = self._seq
+                self._seq += 1
+                self._bound.append(_Bound(seq, k, svc, node, gpus))
+                # Under the lock: a round that marks after this sees it assumed.
+                self.cache.assume(k, node)
         elif not (self.settings.namespaces and namespace not in self.settings.namespaces):
             metrics.BINDINGS.labels(outcome="refused").inc()
             return f"pod {k} is not admitted by the plan"
-        self.cache.assume(k, node)
+        if seq < 0:
+            self.cache.assume(k, node)
         try:
             self.client.bind(namespace, name, uid, node)
         except kube.ApiError as e:
             self.cache.forget(k)
-            if gpus:
+            if seq >= 0:
+                # Counted once, by the snapshot or as bound since: taken back once.
                 with self._lock:
+                    self._bound = [b for b in self._bound if b.seq != seq]
                     used = self._svc_used.setdefault(svc or "", {})
                     used[node] = max(0, used.get(node, 0) - gpus)
             metrics.BINDINGS.labels(outcome="failed").inc()

@@ -219,6 +219,62 @@ def _one_replica(rig: Rig, *names: str) -> str:
     return node
 
 
+def _during_next_round(rig: Rig, at: str, act: Callable[[], Any]) -> None:
+    """Run the next round with `act` called just after its `mark` ("mark") or its
+    snapshot ("snapshot"): a bind kube-scheduler makes while the round plans."""
+    owner, name = (rig.verbs, "mark") if at == "mark" else (rig.ctl, "take_snapshot")
+    real = getattr(owner, name)
+
+    def wrapped() -> Any:
+        out = real()
+        act()
+        return out
+
+    setattr(owner, name, wrapped)
+    try:
+        rig.advance()
+    finally:
+        delattr(owner, name)
+
+
+def _verdict_on(rig: Rig, pod: str, node: str) -> str:
+    passed, failed = rig.verbs.filter(rig.fake.pod(f"ns/svc-abc12-{pod}"), [node])
+    return "passes" if passed == [node] else failed[node]
+
+
+def test_a_service_pod_bound_while_the_round_plans_still_holds_its_gpu() -> None:
+    rig = Rig(nodes=1)
+    node = _one_replica(rig, "a", "b")  # one replica planned; a and b both pending
+    assert _verdict_on(rig, "b", node) == "passes"
+    _during_next_round(rig, "snapshot",
+                       lambda: rig.verbs.bind("ns", "svc-abc12-a", None, node))
+    # The round's snapshot saw a pending; its publish must not forget that a holds the GPU.
+    assert "holds 1 GPUs here for it, 1 in use;" in _verdict_on(rig, "b", node)
+    assert "no planned GPU free" in (rig.verbs.bind("ns", "svc-abc12-b", None, node) or "")
+    rig.advance()  # the next snapshot counts a itself: once, not twice
+    assert "holds 1 GPUs here for it, 1 in use;" in _verdict_on(rig, "b", node)
+
+
+def test_a_bind_between_the_mark_and_the_snapshot_is_counted_once() -> None:
+    rig = Rig(nodes=1)
+    node = _one_replica(rig, "a", "b")
+    _during_next_round(rig, "mark", lambda: rig.verbs.bind("ns", "svc-abc12-a", None, node))
+    assert "holds 1 GPUs here for it, 1 in use;" in _verdict_on(rig, "b", node)
+
+
+def test_a_bind_that_fails_while_the_round_plans_is_taken_back_once() -> None:
+    rig = Rig(nodes=1)
+    node = _one_replica(rig, "a", "b")
+    rig.fake.fail_bind.add("ns/svc-abc12-a")
+
+    def bind_a() -> None:
+        assert "failed" in (rig.verbs.bind("ns", "svc-abc12-a", None, node) or "")
+
+    _during_next_round(rig, "snapshot", bind_a)
+    assert _verdict_on(rig, "b", node) == "passes"
+    assert rig.cache.assumed() == {}
+
+
 def _rollout(rig: Rig, strategy: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
     rig.fake.add("configmaps", configmap("d", curve="1"))
     dep = deployment("svc", replicas=1, notes={"gpuroster.io/demand-configmap": "d"})
