@@ -16,7 +16,7 @@ changes nothing but a retry of the same message next round.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from extender import metrics
@@ -33,12 +33,13 @@ Obj = dict[str, Any]
 def waiting(snap: snapshot.Snapshot, plan: model.Plan,
             admitted: Mapping[str, snapshot.Admission], failed: Mapping[str, str],
             refused: Mapping[str, str], step_start: Callable[[int], float],
-            step_seconds: float) -> dict[str, str]:
+            step_seconds: float, completing: Set[str] = frozenset()) -> dict[str, str]:
     """Pod key -> why it waits, for every pod of a gang that is not admitted and every
-    late pod (a replacement) of one that is.
+    late pod of one that is (a replacement, or in `completing`, one its gang's admission
+    stopped before).
 
     `failed`: gang -> why its admission write failed this round; `refused`: pod key ->
-    why a replacement's did; `step_start`: the time a step begins."""
+    why a late pod's did; `step_start`: the time a step begins."""
     out: dict[str, str] = {}
     for name, g in snap.gangs.items():
         if g.placed is not None:  # shadow mode: running where another scheduler put it
@@ -49,10 +50,12 @@ def waiting(snap: snapshot.Snapshot, plan: model.Plan,
                 if k in adm.nodes:
                     continue
                 node = g.refill.get(k)
+                story = (f"completes the admission of gang {name} ({len(adm.nodes)} of "
+                         f"{len(g.pod_keys())} pods written) on {node}" if k in completing
+                         else f"replaces an ended pod of gang {name} on {node}")
                 out[k] = error_reason(g.error) if g.error else (
-                    f"waiting: replaces an ended pod of gang {name} on {node}; "
-                    + (f"{refused[k]}; retrying next step" if k in refused
-                       else "the leader admits it"))
+                    f"waiting: {story}; " + (f"{refused[k]}; retrying next step"
+                                             if k in refused else "the leader admits it"))
             continue
         why = gang_reason(snap, plan, g, failed, step_start, step_seconds)
         out.update({k: why for k in g.pod_keys()})

@@ -259,7 +259,7 @@ class Controller:
         refused = w.refill(snap, now) if leading else {}
         self.inputs.planned(step, plan.service_gpus)
         waiting = explaining.waiting(snap, plan, admitted, failed, refused, self.time_of,
-                                     self.settings.step_seconds)
+                                     self.settings.step_seconds, w.completing)
         published = table.build(snap, plan, step, self.time_of(step + 1), admitted, problems,
                                 waiting)
         self.verbs.publish(published, snap.services, since)

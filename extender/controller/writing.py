@@ -189,6 +189,12 @@ class Writer:
                 self._first_planned.setdefault(
                     name, self.settings.step_start(plan.planned_start[name]))
 
+    @property
+    def completing(self) -> frozenset[str]:
+        """The pods whose gang's admission stopped before their records were written
+        (this replica's writes: a restarted or new leader tells them as replacements)."""
+        return frozenset(self._completing)
+
     def refill(self, snap: snapshot.Snapshot, now: float) -> dict[str, str]:
         """Admit the pods that replace ended members of running gangs, in their places,
         and those a gang's admission did not reach (`admit`).

@@ -181,6 +181,8 @@ def test_failed_write_keeps_what_was_written_and_the_rest_follows() -> None:
     assert len({rig.notes(k)[ann.BLOCK] for k in written}) == 1
     passed, failed = rig.verbs.filter(rig.fake.pod(keys[2]), ["gpu-node-0"])
     assert passed == [] and "retrying" in failed["gpu-node-0"]
+    assert failed["gpu-node-0"].startswith("waiting: completes the admission of gang ns/g (3 of "
+                                           "4 pods written) on gpu-node-")
     rig.fake.fail_patch.clear()
     assert rig.advance().admitted == []  # not admitted again: the rest is written
     assert len({rig.notes(k)[ann.BLOCK] for k in keys}) == 1
