@@ -236,7 +236,7 @@ class Verbs:
         elif not (self.settings.namespaces and namespace not in self.settings.namespaces):
             metrics.BINDINGS.labels(outcome="refused").inc()
             return f"pod {k} is not admitted by the plan"
-        if seq < 0:
+        if seq < 0:  # (a service binding was assumed under the lock, above)
             self.cache.assume(k, node)
         try:
             self.client.bind(namespace, name, uid, node)
