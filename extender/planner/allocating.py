@@ -54,7 +54,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from operator import or_
 from typing import NamedTuple
 
@@ -590,7 +590,12 @@ class Gpuroster:
         # Per (job size, GPUs it may use), 1 at steps ahead where no block of it is free at
         # the step itself: the grid only fills up, so none is for the rest of the pass.
         no_block: dict[tuple[int, int], bytearray] = {}
-        least: dict[int, npt.NDArray[np.float64]] = {}  # per job size, of the room now
+        # Per (job size, exact), what a run costs the services, as running sums over the
+        # steps (`shortfall`); the room and the curves' GPUs taken change them as jobs hold.
+        costs: dict[tuple[int, bool], npt.NDArray[np.float64]] = {}
+        # `shortable` as arrays (prices, curves a row), for `_shortfall_sums`: made when
+        # first wanted
+        priced: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]] | None = None
         rooms = [(mask, room[:]) for mask, room in f.groups]
         cand = _Candidate()
         score = 0.0  # the plan's so far (cand.score once it is done)
@@ -606,6 +611,22 @@ class Gpuroster:
         # would push it back, and at every re-plan another might, out of a trough for
         # good. The margin: `overrun_guard` steps, or a share of the work's own estimate.
         ahead: list[tuple[int, int]] = []
+
+        def shortfall(size: int, exact: bool) -> npt.NDArray[np.float64]:
+            """Running sums of what a job of `size` GPUs costs the services at each step:
+            `_shortfall_sums` if `exact`, else the bound `_least_shortfall` (cheaper)."""
+            nonlocal priced
+            got = costs.get((size, exact))
+            if got is None:
+                if not exact:
+                    got = _least_shortfall(size, slack, cum_a, price_floor)
+                else:
+                    if priced is None:
+                        priced = (np.array([p for p, _ in shortable]),
+                                  np.array([cv[:W] for _, cv in shortable], dtype=np.int64))
+                    got = _shortfall_sums(size, slack, cum_a, *priced, short)
+                costs[size, exact] = got
+            return got
 
         def before_ahead(end: int, margin: int) -> int:
             """The GPUs of starving jobs planned to start within `margin` steps of `end`."""
@@ -635,7 +656,7 @@ class Gpuroster:
                 too_full.clear()
             else:
                 slack[k:over] = map((-size).__add__, slack[k:over])
-            least.clear()
+            costs.clear()
             for mask, room in rooms:
                 if m & mask:
                     inside = (m & mask).bit_count()
@@ -684,7 +705,7 @@ class Gpuroster:
                 else:
                     for t in range(W):
                         slack[t] += unguarded[t]
-                least.clear()
+                costs.clear()
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -810,13 +831,10 @@ class Gpuroster:
                         if full_at.find(0, 1) < 0:
                             found = None  # no block free at any step ahead
                         else:
-                            if size not in least:
-                                least[size] = _least_shortfall(size, slack, cum_a,
-                                                               price_floor)
                             found = _drain_trade(
                                 q, d, allow, occ, slack, short, f.shrunk, before_ahead,
                                 margin, shortable, c, W, cum, cum_a, R, full_at,
-                                least[size])
+                                partial(shortfall, size))
                         if found is not None:
                             at, trade = found
                     if trade is not None:
@@ -836,7 +854,7 @@ class Gpuroster:
                 else:
                     for t in range(W):
                         slack[t] -= unguarded[t]
-                least.clear()
+                costs.clear()
         cand.score = score
         return cand
 
@@ -929,33 +947,52 @@ def _drain_trade(
     short: list[int], shrunk: list[int], near: Callable[[int, int], int], margin: int,
     shortable: list[tuple[float, list[int]]], c: model.Cluster, W: int,
     cum: tuple[float, ...], cum_a: npt.NDArray[np.float64], R: int, full_at: bytearray,
-    least: npt.NDArray[np.float64],
+    costs: Callable[[bool], npt.NDArray[np.float64]],
 ) -> tuple[int, tuple[int, float]] | None:
     """The first step `at` in 1..R where `_trade` starts `q` (the GPUs `shrunk[at]` and
     `near(at + d, margin)` locked), and that trade: what trying each step in turn gives.
 
     A job past the starvation bound looks this far ahead for the step its block frees;
     on a cluster that running work and the services fill, pricing every start's run was
-    most of a re-plan (0.7 s on 2 GPUs). So a step is skipped unpriced when the least the
-    run could cost the services is more than it is worth (`least`: the running sums of
-    `_least_shortfall` for its size on `slack`), or when no block of its size is free at
-    the step itself; the latter is marked in `full_at` (1: none free), shared by the jobs
-    of its size and GPUs for the rest of a pass, in which the grid only fills up."""
+    most of a re-plan (0.7 s on 2 GPUs). So a step is skipped unpriced when what the run
+    would cost the services is more than it is worth, or when no block of its size is
+    free at the step itself or over the run; the former is marked in `full_at` (1: none
+    free), shared by the jobs of its size and GPUs for the rest of a pass, in which the
+    grid only fills up. What a run costs is read off running sums over the steps
+    (`costs(exact)`): first a bound, every GPU at the cheapest price (`_least_shortfall`),
+    and once a start it let through did not pay, the exact sums (`_shortfall_sums`, which
+    cost more to make): on 8 GPUs whose services' curves asked for 27, the bound let 60
+    starts through to take one, and each was priced over its run (0.8 s a re-plan)."""
     size = q.gpus
     rate = q.priority * size
-    # Far above the rounding of `_trade`'s sum, so that a start skipped surely loses.
-    eps = 1e-9 * max(1.0, rate * cum[W], float(least[W]))
-    ends = np.minimum(np.arange(1 + d, R + 1 + d), W)  # of the runs from steps 1..R
-    worth = rate * (cum_a[ends] - cum_a[1:R + 1]) - (least[ends] - least[1:R + 1])
-    may = (worth > -eps) & (np.frombuffer(full_at, np.uint8, R, 1) == 0)
+    starts = np.arange(1, R + 1)
+    ends = np.minimum(starts + d, W)  # of the runs from steps 1..R
+    gain = rate * (cum_a[ends] - cum_a[starts])
+
+    def pays(sums: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+        # Far above the rounding of `_trade`'s sum, so that a start skipped surely loses.
+        eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
+        return gain - (sums[ends] - sums[starts]) > -eps
+
+    may = pays(costs(False)) & (np.frombuffer(full_at, np.uint8, R, 1) == 0)
+    exact = False
     for at in (np.flatnonzero(may) + 1).tolist():
+        if exact and not may[at - 1]:
+            continue  # ruled out by the exact sums since
         if not blocks.start_positions(allow & ~occ[at] & ~shrunk[at], size, c):
             full_at[at] = 1
             continue
         locked = shrunk[at] | near(at + d, margin)
+        # A block free over the whole run: the cheap test before `_trade` prices it.
+        run = allow & ~reduce(or_, occ[at:at + d if at + d < W else W], 0) & ~locked
+        if not blocks.start_positions(run, size, c):
+            continue
         trade = _trade(q, at, d, allow, occ, slack, short, locked, shortable, c, W, cum)
         if trade is not None:
             return at, trade
+        if not exact:  # the bound let through a start that does not pay: price exactly
+            exact = True
+            may &= pays(costs(True))
     return None
 
 
@@ -969,6 +1006,34 @@ def _least_shortfall(size: int, slack: Sequence[int], cum_a: npt.NDArray[np.floa
     over = np.clip(size - np.maximum(room, 0), 0, size)
     out = np.zeros(len(room) + 1)
     np.cumsum(price * over * np.diff(cum_a), out=out[1:])
+    return out
+
+
+def _shortfall_sums(size: int, slack: Sequence[int], cum_a: npt.NDArray[np.float64],
+                    prices: npt.NDArray[np.float64], curves: npt.NDArray[np.int64],
+                    short: Sequence[int]) -> npt.NDArray[np.float64]:
+    """Running sums (`out[k]`: over the steps before k) of what a job of `size` GPUs
+    running at each step costs the services there, as `_trade` prices it: its GPUs beyond
+    the batch room `slack`, taken from the services' `curves` (one a row, `prices` a
+    GPU-step, cheapest first) after what the jobs placed before took (`short`), any left
+    past every curve at the cheapest price, weighted by the reward weights (`cum_a`: their
+    running sums).
+
+    A step's cost does not hang on where the run starts, so a start's whole shortfall is
+    a difference of two sums, not a walk over its run."""
+    room = np.asarray(slack, dtype=np.int64)
+    n = len(room)
+    over = np.clip(size - np.maximum(room, 0), 0, size)
+    curves = curves[:, :n]
+    # What the jobs before took, cheapest curve first; then this job's, likewise.
+    used = np.clip(np.asarray(short[:n], dtype=np.int64) - (np.cumsum(curves, axis=0) - curves),
+                   0, curves)
+    have = curves - used
+    upto = np.cumsum(have, axis=0)
+    take = np.clip(over - (upto - have), 0, have)
+    cost = prices @ take + prices[0] * np.maximum(over - upto[-1], 0)
+    out = np.zeros(n + 1)
+    np.cumsum(cost * np.diff(cum_a)[:n], out=out[1:])
     return out
 
 

@@ -141,9 +141,18 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
                             W, cum, R)
     full_at = bytearray(R + 1)
     cum_a = np.asarray(cum)
-    least = allocating._least_shortfall(size, slack, cum_a, shortable[0][0])
+    # What the pass gives it: the bound, and the exact sums once the bound let through a
+    # start that did not pay.
+    exact = allocating._shortfall_sums(
+        size, slack, cum_a, np.array([p for p, _ in shortable]),
+        np.array([cv for _, cv in shortable], dtype=np.int64), short)
+    bound = allocating._least_shortfall(size, slack, cum_a, shortable[0][0])
+
+    def costs(priced_exactly: bool) -> Any:
+        return exact if priced_exactly else bound
+
     got = allocating._drain_trade(q, d, allow, occ, slack, short, shrunk, near, 2,
-                                  shortable, c, W, cum, cum_a, R, full_at, least)
+                                  shortable, c, W, cum, cum_a, R, full_at, costs)
     assert got == want
     # The steps it marked have no block free at the step for any job of the size and
     # GPUs: the next job's look-ahead in the pass, the grid only fuller, skips them.
@@ -156,4 +165,31 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
                             near, 2, shortable, c, W, cum, R)
     assert allocating._drain_trade(again, again.estimate_steps, allow, occ, slack, short,
                                    shrunk, near, 2, shortable, c, W, cum, cum_a, R,
-                                   full_at, least) == want
+                                   full_at, costs) == want
+
+
+@given(seed=st.integers(0, 2**32), size=st.sampled_from([1, 2, 4, 8]), W=st.integers(1, 40),
+       curves=st.integers(1, 4), decay=st.sampled_from([0.0, 0.02, 0.1]))
+def test_the_shortfall_sums_price_every_start_as_the_trade_does(
+    seed: int, size: int, W: int, curves: int, decay: float,
+) -> None:
+    # A start's shortfall read off the sums (two lookups) is what `_trade` nets by walking
+    # its run: the look-ahead of a starving job skips on it, so it must not differ.
+    c = model.Cluster(nodes=1, gpus_per_node=8)
+    rnd = random.Random(seed)
+    slack = [rnd.randint(-3, 8) for _ in range(W)]
+    short = [rnd.randint(0, 6) for _ in range(W)]
+    shortable = sorted((rnd.choice([0.5, 2.0, 2.0, 10.0]), [rnd.randint(0, 5) for _ in range(W)])
+                       for _ in range(curves))
+    cum = allocating._cumulative_weights(decay, W)
+    costs = allocating._shortfall_sums(
+        size, slack, np.asarray(cum), np.array([p for p, _ in shortable]),
+        np.array([cv for _, cv in shortable], dtype=np.int64), short)
+    q = model.QueuedJob("j", size, W, 0, 3.0)
+    for k in range(W):
+        for d in range(1, W - k + 1):
+            got = allocating._trade(q, k, d, 255, [0] * W, slack, short, 0, shortable, c, W,
+                                    cum, floor=-np.inf)
+            assert got is not None
+            want = 3.0 * size * (cum[k + d] - cum[k]) - (costs[k + d] - costs[k])
+            assert abs(got[1] - want) <= 1e-9 * max(1.0, abs(want))
