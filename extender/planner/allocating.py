@@ -965,16 +965,13 @@ def _drain_trade(
     starts through to take one, and each was priced over its run (0.8 s a re-plan)."""
     size = q.gpus
     rate = q.priority * size
-    starts = np.arange(1, R + 1)
-    ends = np.minimum(starts + d, W)  # of the runs from steps 1..R
-    gain = rate * (cum_a[ends] - cum_a[starts])
-
-    def pays(sums: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-        # Far above the rounding of `_trade`'s sum, so that a start skipped surely loses.
-        eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
-        return gain - (sums[ends] - sums[starts]) > -eps
-
-    may = pays(costs(False)) & (np.frombuffer(full_at, np.uint8, R, 1) == 0)
+    ends = np.minimum(np.arange(1 + d, R + 1 + d), W)  # of the runs from steps 1..R
+    gain = rate * (cum_a[ends] - cum_a[1:R + 1])
+    sums = costs(False)
+    # Far above the rounding of `_trade`'s sum, so that a start skipped surely loses.
+    eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
+    may = (gain - (sums[ends] - sums[1:R + 1]) > -eps) & (
+        np.frombuffer(full_at, np.uint8, R, 1) == 0)
     exact = False
     for at in (np.flatnonzero(may) + 1).tolist():
         if exact and not may[at - 1]:
@@ -992,7 +989,9 @@ def _drain_trade(
             return at, trade
         if not exact:  # the bound let through a start that does not pay: price exactly
             exact = True
-            may &= pays(costs(True))
+            sums = costs(True)
+            eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
+            may &= gain - (sums[ends] - sums[1:R + 1]) > -eps
     return None
 
 
