@@ -956,9 +956,9 @@ def _drain_trade(
     on a cluster that running work and the services fill, pricing every start's run was
     most of a re-plan (0.7 s on 2 GPUs). So a step is skipped unpriced when what the run
     would cost the services is more than it is worth, or when no block of its size is
-    free at the step itself or over the run; the former is marked in `full_at` (1: none
-    free), shared by the jobs of its size and GPUs for the rest of a pass, in which the
-    grid only fills up. What a run costs is read off running sums over the steps
+    free over the run. A step with none free at the step itself is marked in `full_at`
+    (1: none free), shared by the jobs of its size and GPUs for the rest of a pass, in
+    which the grid only fills up. What a run costs is read off running sums over the steps
     (`costs(exact)`): first a bound, every GPU at the cheapest price (`_least_shortfall`),
     and once a start it let through did not pay, the exact sums (`_shortfall_sums`, which
     cost more to make): on 8 GPUs whose services' curves asked for 27, the bound let 60
