@@ -119,10 +119,10 @@ class Options:
     # times (and is no pattern shorter than a day written out again) is a copy of past
     # demand, whose noise today's demand will have too (and whose headroom stays sized on
     # four days of error after; 0 turns that off too; two days until 2026-12-05, the
-    # figures below; single-step turns since then, README). Its level: the running
-    # median over this many hours each side (2: a burst of an hour or two is jitter). A
-    # forecast that does neither stands in for nothing, so the seven files plan exactly
-    # as without it. With two days, at 0.99
+    # figures below; single-step turns since then, docs/wrong-forecasts.md). Its level:
+    # the running median over this many hours each side (2: a burst of an hour or two is
+    # jitter). A forecast that does neither stands in for nothing, so the seven files plan
+    # exactly as without it. With two days, at 0.99
     # (`bench/slo.py`, 2026-12-04): day-earlier family under fifo's service level 21 ->
     # 5 of 40, service level 98.32 -> 99.45% (fifo 98.61%), value vs fifo +56.1 ->
     # +42.5%; 100 more day-earlier instances (seed 9000) 58 -> 18, 98.15 -> 99.31% (fifo
@@ -133,7 +133,7 @@ class Options:
     # forecast's peak over the day ahead (what fifo reserves all day) and its demand's peak
     # over the error window (while the stand-in fills it: the real demand's peak and the
     # static reservation, not the stand-in's draws, since the seventh session of
-    # 2026-12-05: noise at sigma 0.6 -10.2% -> -3.4% against priority-easy, README;
+    # 2026-12-05: noise at sigma 0.6 -10.2% -> -3.4% against priority-easy;
     # `servicing.service_room`); 0: no cap. 1.2: the most a day-old forecast's peak grows
     # by in a day (the day-earlier family draws 0-25%). Measured at
     # 0.995 (2026-12-05): forecasts off by a lognormal sigma of 0.6 at every step 16.6% ->
@@ -142,7 +142,8 @@ class Options:
     # trace-shaped day-earlier +18.8 -> +19.8% over fifo (priority-easy +19.3%); under
     # fifo's service level as many or fewer on eight sets looked at before (day-earlier
     # 3 -> 2 of 40), on six held out 9 -> 8, 9 -> 10, the rest as many; forecast-error
-    # 2366 -> 2363 (priority-skip 2361). At 1.0, multi-day runs lost service level (README).
+    # 2366 -> 2363 (priority-skip 2361). At 1.0, multi-day runs lost service level
+    # (docs/wrong-forecasts.md, "Headroom capped", has all of these).
     headroom_cap: float = 1.2
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     multi_order_max_queue: int = 200  # longer queues get one order (plan-time budget)

@@ -103,8 +103,9 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
         # drew peaks no demand had, and the cap let a service of 5 GPUs at its peak hold
         # all 8 (trace-shaped day-earlier seed 678: 282 GPU-steps held, fifo's 240, 87
         # demanded). On real demand alone, trace-shaped day-earlier copies
-        # (`day_earlier(100, 600)`) went 10 -> 15 under fifo's service level (README);
-        # with the reservation, 10 -> 10, value at least fifo's on 85 -> 89 (2026-12-05).
+        # (`day_earlier(100, 600)`) went 10 -> 15 under fifo's service level; with the
+        # reservation, 10 -> 10, value at least fifo's on 85 -> 89 (2026-12-05;
+        # docs/wrong-forecasts.md).
         real = n if sd else error_window  # the window's last steps that are real demand
         seen = max(pd[len(pd) - real:], default=0)
         if sd:

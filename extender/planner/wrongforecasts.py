@@ -18,7 +18,7 @@ forecast an operator really has: the same hours a day earlier, under demand
 that grows 0-25% a day, is noisy (lognormal sigma 0.1-0.3 on every day) and
 has a few bursts of 1.3-1.8x. It was held out at first; the stand-in history and
 the default objective were later chosen looking at it, and checked on more of it
-(other seeds, three and five days; README).
+(other seeds, three and five days; docs/wrong-forecasts.md).
 
 Both take the jobs' shape too (keyword `jobs`, a `Jobs`): the generator's Philly mix
 with exact estimates by default, or the shape of real GPU pod logs (`mix="trace"`: 90%
