@@ -911,10 +911,13 @@ def _trade(
     `k` (its GPUs beyond the batch room at each step, taken from the services' curves
     cheapest first), when a block is free and that value is above `floor`; else None."""
     size = q.gpus
-    # No block free at step k, none free over the whole run: the cheap test first.
+    # No block free at step k, none free over the whole run: the cheap tests first.
     if not blocks.start_positions(allow & ~occ[k] & ~locked, size, c):
         return None
     end = k + d if k + d < W else W
+    starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
+    if not starts:
+        return None
     net = q.priority * size * (cum[end] - cum[k])
     for t in range(k, end):
         over = size - max(0, slack[t])
@@ -937,9 +940,6 @@ def _trade(
             return None
     if net <= floor:
         return None
-    starts = blocks.start_positions(allow & ~reduce(or_, occ[k:end], 0) & ~locked, size, c)
-    if not starts:
-        return None
     return blocks.best_fit(starts, size, ((1 << c.gpus) - 1) & ~occ[k], c), net
 
 
@@ -957,11 +957,12 @@ def _drain_trade(
     on a cluster that running work and the services fill, pricing every start's run was
     most of a re-plan (0.7 s on 2 GPUs). So a step is skipped unpriced when what the run
     would cost the services is more than it is worth, or when no block of its size is
-    free over the run. A step with none free at the step itself is marked in `full_at`
+    free over the run (`_trade` tests that before it prices the run). A step with none
+    free at the step itself is marked in `full_at`
     (1: none free), shared by the jobs of its size and GPUs for the rest of a pass, in
     which the grid only fills up. What a run costs is read off running sums over the steps
     (`costs(exact)`): first a bound, every GPU at the cheapest price (`_least_shortfall`),
-    and once a start it let through did not pay, the exact sums (`_shortfall_sums`, which
+    and once a start it let through was not taken, the exact sums (`_shortfall_sums`, which
     cost more to make): on 8 GPUs whose services' curves asked for 27, the bound let 60
     starts through to take one, and each was priced over its run (0.8 s a re-plan)."""
     size = q.gpus
@@ -981,14 +982,10 @@ def _drain_trade(
             full_at[at] = 1
             continue
         locked = shrunk[at] | near(at + d, margin)
-        # A block free over the whole run: the cheap test before `_trade` prices it.
-        run = allow & ~reduce(or_, occ[at:at + d if at + d < W else W], 0) & ~locked
-        if not blocks.start_positions(run, size, c):
-            continue
         trade = _trade(q, at, d, allow, occ, slack, short, locked, shortable, c, W, cum)
         if trade is not None:
             return at, trade
-        if not exact:  # the bound let through a start that does not pay: price exactly
+        if not exact:  # the bound let through a start not taken: price the rest exactly
             exact = True
             sums = costs(True)
             eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
