@@ -247,6 +247,21 @@ class _Frame:
     drain: frozenset[str]  # starving jobs only a trade starts: trade when a block frees
 
 
+class _Sheet(NamedTuple):
+    """A pass's grid as its trades read it: the lists the pass fills in as it places jobs
+    (`Gpuroster._place` makes one a phase: it replaces `slack` between phases), and what
+    stays the same over the pass."""
+
+    cluster: model.Cluster
+    W: int  # steps planned
+    cum: tuple[float, ...]  # the reward weights' running sums (`_cumulative_weights`)
+    cum_a: npt.NDArray[np.float64]  # the same, as an array
+    shortable: list[tuple[float, list[int]]]  # (price a GPU-step, curve), cheapest first
+    occ: list[int]  # GPUs batch work holds, per step
+    slack: Sequence[int]  # room left for batch work beside the services' curves, per step
+    short: list[int]  # GPUs of the services' curves given up to jobs so far, per step
+
+
 @dataclass
 class _Candidate:
     # (name, step, start, size, traded) of each job placed, as in `_Placed` (made for the
@@ -707,6 +722,9 @@ class Gpuroster:
                     for t in range(W):
                         slack[t] += unguarded[t]
                 costs.clear()
+            # The grid as the trades read it: the lists placing a job fills in, and this
+            # phase's `slack` (replaced above and below, never inside a phase).
+            board = _Sheet(c, W, cum, cum_a, shortable, occ, slack, short)
             # Within one pass the grid only fills up, so a job that fit nowhere rules out
             # every later job at least as wide and as long: remember the failures.
             # (A job that may use only some nodes rules out the later ones limited to those.)
@@ -793,9 +811,8 @@ class Gpuroster:
                             and not _trade_loses(reach, size - max(0, slack[0]), price_floor,
                                                  later)
                             and blocks.start_positions(free_now, size, c)):
-                        swap = _trade(q, 0, d, allow, occ, slack, short,
-                                      locked[0] | before_ahead(d, margin), shortable, c,
-                                      W, cum, floor=later)
+                        swap = _trade(board, q, 0, d, allow,
+                                      locked[0] | before_ahead(d, margin), floor=later)
                         if swap is not None:
                             if met is not None and not sooner:
                                 met.append(True)
@@ -820,9 +837,9 @@ class Gpuroster:
                     # past the starvation bound: it takes the first step a block frees, and
                     # the services shrink towards it at their swap cap.)
                     draining = name in f.drain
-                    trade = _trade(q, 0, d, allow, occ, slack, short,
+                    trade = _trade(board, q, 0, d, allow,
                                    (f.shrunk if draining else locked)[0]
-                                   | before_ahead(d, margin), shortable, c, W, cum)
+                                   | before_ahead(d, margin))
                     at = 0
                     if trade is None and draining:
                         # The first step ahead where a block frees and the trade pays.
@@ -832,10 +849,8 @@ class Gpuroster:
                         if full_at.find(0, 1) < 0:
                             found = None  # no block free at any step ahead
                         else:
-                            found = _drain_trade(
-                                q, d, allow, occ, slack, short, f.shrunk, before_ahead,
-                                margin, shortable, c, W, cum, cum_a, R, full_at,
-                                partial(shortfall, size))
+                            found = _drain_trade(board, q, d, allow, f.shrunk, before_ahead,
+                                                 margin, R, full_at, partial(shortfall, size))
                         if found is not None:
                             at, trade = found
                     if trade is not None:
@@ -903,13 +918,13 @@ def _trade_loses(value: float, over: int, price: float, floor: float) -> bool:
 
 
 def _trade(
-    q: model.QueuedJob, k: int, d: int, allow: int, occ: list[int], slack: Sequence[int],
-    short: list[int], locked: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
-    W: int, cum: tuple[float, ...], floor: float = 0.0,
+    g: _Sheet, q: model.QueuedJob, k: int, d: int, allow: int, locked: int,
+    floor: float = 0.0,
 ) -> tuple[int, float] | None:
     """`q`'s block and value net of the real-time shortfall it causes if it starts at step
     `k` (its GPUs beyond the batch room at each step, taken from the services' curves
     cheapest first), when a block is free and that value is above `floor`; else None."""
+    c, W, cum, _, shortable, occ, slack, short = g
     size = q.gpus
     # No block free at step k, none free over the whole run: the cheap tests first.
     if not blocks.start_positions(allow & ~occ[k] & ~locked, size, c):
@@ -944,10 +959,8 @@ def _trade(
 
 
 def _drain_trade(
-    q: model.QueuedJob, d: int, allow: int, occ: list[int], slack: Sequence[int],
-    short: list[int], shrunk: list[int], near: Callable[[int, int], int], margin: int,
-    shortable: list[tuple[float, list[int]]], c: model.Cluster, W: int,
-    cum: tuple[float, ...], cum_a: npt.NDArray[np.float64], R: int, full_at: bytearray,
+    g: _Sheet, q: model.QueuedJob, d: int, allow: int, shrunk: list[int],
+    near: Callable[[int, int], int], margin: int, R: int, full_at: bytearray,
     costs: Callable[[bool], npt.NDArray[np.float64]],
 ) -> tuple[int, tuple[int, float]] | None:
     """The first step `at` in 1..R where `_trade` starts `q` (the GPUs `shrunk[at]` and
@@ -967,29 +980,31 @@ def _drain_trade(
     starts through to take one, and each was priced over its run (0.8 s a re-plan)."""
     size = q.gpus
     rate = q.priority * size
-    ends = np.minimum(np.arange(1 + d, R + 1 + d), W)  # of the runs from steps 1..R
-    gain = rate * (cum_a[ends] - cum_a[1:R + 1])
-    sums = costs(False)
-    # Far above the rounding of `_trade`'s sum, so that a start skipped surely loses.
-    eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
-    may = (gain - (sums[ends] - sums[1:R + 1]) > -eps) & (
-        np.frombuffer(full_at, np.uint8, R, 1) == 0)
+    ends = np.minimum(np.arange(1 + d, R + 1 + d), g.W)  # of the runs from steps 1..R
+    gain = rate * (g.cum_a[ends] - g.cum_a[1:R + 1])
+    most = rate * g.cum[g.W]
+
+    def paying(sums: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+        """The starts 1..R whose run is worth more than `sums` say it costs the services,
+        to within a margin far above the rounding of `_trade`'s sum: a start left out
+        surely loses."""
+        eps = 1e-9 * max(1.0, most, float(sums[g.W]))
+        return gain - (sums[ends] - sums[1:R + 1]) > -eps
+
+    may = paying(costs(False)) & (np.frombuffer(full_at, np.uint8, R, 1) == 0)
     exact = False
     for at in (np.flatnonzero(may) + 1).tolist():
         if exact and not may[at - 1]:
             continue  # ruled out by the exact sums since
-        if not blocks.start_positions(allow & ~occ[at] & ~shrunk[at], size, c):
+        if not blocks.start_positions(allow & ~g.occ[at] & ~shrunk[at], size, g.cluster):
             full_at[at] = 1
             continue
-        locked = shrunk[at] | near(at + d, margin)
-        trade = _trade(q, at, d, allow, occ, slack, short, locked, shortable, c, W, cum)
+        trade = _trade(g, q, at, d, allow, shrunk[at] | near(at + d, margin))
         if trade is not None:
             return at, trade
         if not exact:  # the bound let through a start not taken: price the rest exactly
             exact = True
-            sums = costs(True)
-            eps = 1e-9 * max(1.0, rate * cum[W], float(sums[W]))
-            may &= gain - (sums[ends] - sums[1:R + 1]) > -eps
+            may &= paying(costs(True))
     return None
 
 

@@ -96,14 +96,11 @@ def test_the_byte_search_finds_the_longest_run_beside_the_curve(capacity: list[i
             == allocating._curve_room(capacity, size, R))
 
 
-def _trade_each_step(q: model.QueuedJob, d: int, allow: int, occ: list[int],
-                     slack: list[int], short: list[int], shrunk: list[int], near: Any,
-                     margin: int, shortable: list[tuple[float, list[int]]], c: model.Cluster,
-                     W: int, cum: tuple[float, ...], R: int) -> tuple[int, Any] | None:
+def _trade_each_step(g: Any, q: model.QueuedJob, d: int, allow: int, shrunk: list[int],
+                     near: Any, margin: int, R: int) -> tuple[int, Any] | None:
     """What a job past the starvation bound looks ahead for, plainly: each step in turn."""
     for at in range(1, R + 1):
-        trade = allocating._trade(q, at, d, allow, occ, slack, short,
-                                  shrunk[at] | near(at + d, margin), shortable, c, W, cum)
+        trade = allocating._trade(g, q, at, d, allow, shrunk[at] | near(at + d, margin))
         if trade is not None:
             return at, trade
     return None
@@ -137,10 +134,10 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
 
     allow = mask(0.9) | mask(0.9)
     q = model.QueuedJob("j", size, d, 0, priority)
-    want = _trade_each_step(q, d, allow, occ, slack, short, shrunk, near, 2, shortable, c,
-                            W, cum, R)
-    full_at = bytearray(R + 1)
     cum_a = np.asarray(cum)
+    g = allocating._Sheet(c, W, cum, cum_a, shortable, occ, slack, short)
+    want = _trade_each_step(g, q, d, allow, shrunk, near, 2, R)
+    full_at = bytearray(R + 1)
     # What the pass gives it: the bound, and the exact sums once the bound let through a
     # start that did not pay.
     exact = allocating._shortfall_sums(
@@ -151,20 +148,17 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
     def costs(priced_exactly: bool) -> Any:
         return exact if priced_exactly else bound
 
-    got = allocating._drain_trade(q, d, allow, occ, slack, short, shrunk, near, 2,
-                                  shortable, c, W, cum, cum_a, R, full_at, costs)
+    got = allocating._drain_trade(g, q, d, allow, shrunk, near, 2, R, full_at, costs)
     assert got == want
     # The steps it marked have no block free at the step for any job of the size and
     # GPUs: the next job's look-ahead in the pass, the grid only fuller, skips them.
     for at in range(1, R + 1):
         if full_at[at]:
             assert not blocks.start_positions(allow & ~occ[at] & ~shrunk[at], size, c)
-    occ = [x | mask(0.1) for x in occ]
+    g = g._replace(occ=[x | mask(0.1) for x in occ])
     again = model.QueuedJob("k", size, max(1, d - 1), 0, priority * 2)
-    want = _trade_each_step(again, again.estimate_steps, allow, occ, slack, short, shrunk,
-                            near, 2, shortable, c, W, cum, R)
-    assert allocating._drain_trade(again, again.estimate_steps, allow, occ, slack, short,
-                                   shrunk, near, 2, shortable, c, W, cum, cum_a, R,
+    want = _trade_each_step(g, again, again.estimate_steps, allow, shrunk, near, 2, R)
+    assert allocating._drain_trade(g, again, again.estimate_steps, allow, shrunk, near, 2, R,
                                    full_at, costs) == want
 
 
@@ -186,10 +180,10 @@ def test_the_shortfall_sums_price_every_start_as_the_trade_does(
         size, slack, np.asarray(cum), np.array([p for p, _ in shortable]),
         np.array([cv for _, cv in shortable], dtype=np.int64), short)
     q = model.QueuedJob("j", size, W, 0, 3.0)
+    g = allocating._Sheet(c, W, cum, np.asarray(cum), shortable, [0] * W, slack, short)
     for k in range(W):
         for d in range(1, W - k + 1):
-            got = allocating._trade(q, k, d, 255, [0] * W, slack, short, 0, shortable, c, W,
-                                    cum, floor=-np.inf)
+            got = allocating._trade(g, q, k, d, 255, 0, floor=-np.inf)
             assert got is not None
             want = 3.0 * size * (cum[k + d] - cum[k]) - (costs[k + d] - costs[k])
             assert abs(got[1] - want) <= 1e-9 * max(1.0, abs(want))
