@@ -86,6 +86,12 @@ class Settings:
     # planned peak (given back at the next step, within max-swap). False: services hold
     # their forecast and headroom only.
     spare_replicas: bool = True
+    # Once a service has got this share of its demand more than its static reservation
+    # (its forecast's peak, held all day) would have given it, over the steps planned
+    # in the last week, its plan holds no more than that reservation, or its forecast
+    # raised by its typical error where that is more: headroom for rarer errors gives
+    # way to batch work (spare replicas still reach it). 1: off (never that far ahead).
+    reservation_lead: float = 0.01
     priority_classes: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority: str = "normal"
@@ -178,6 +184,9 @@ def validate(s: Settings) -> None:
         raise bad("peak_shift_hours", f"must be >= 0, got {s.peak_shift_hours!r}")
     if not (s.stand_in_hours >= 0 and math.isfinite(s.stand_in_hours)):
         raise bad("stand_in_hours", f"must be >= 0, got {s.stand_in_hours!r}")
+    if not (0.0 <= s.reservation_lead <= 1.0):
+        raise bad("reservation_lead", f"must be a share of demand in [0, 1] (1: off), "
+                  f"got {s.reservation_lead!r}")
     if not s.priority_classes:
         raise bad("priority_classes", "needs at least one class")
     for k, v in s.priority_classes.items():
@@ -239,6 +248,9 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "
      "services whose demand ran above their forecast in the last day, as spare replicas up "
      "to their planned peak (true)"),
+    ("reservation_lead", float, "share of a service's demand it may get above what its static "
+     "reservation (its forecast's peak) would have given it before its headroom over that "
+     "reservation gives way to batch work (0.01; 1: off)"),
     ("priority_classes", json.loads, "JSON object: class name -> weight"),
     ("default_priority", str, "class used when a pod names none"),
     ("priority_class_values", json.loads,

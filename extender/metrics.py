@@ -94,6 +94,9 @@ class StepState:
     service_objective: dict[str, float] = field(default_factory=dict)
     service_headroom: dict[str, int] = field(default_factory=dict)
     service_spare: dict[str, int] = field(default_factory=dict)  # spare GPUs held now
+    # service level over the plan's record, less what the static reservation would have
+    # given (`servicing.reservation_lead`); absent without a record
+    service_lead: dict[str, float] = field(default_factory=dict)
     queue_length: dict[str, int] = field(default_factory=dict)  # by priority
     queue_oldest_wait_seconds: dict[str, float] = field(default_factory=dict)
     step: int = 0
@@ -186,10 +189,19 @@ class StepCollector(Collector):
             "by service.", labels=["service"])
         for name in sorted(s.service_spare):
             spare.add_metric([name], s.service_spare[name])
+        lead = GaugeMetricFamily(
+            "gpuroster_realtime_reservation_lead",
+            "Share of a service's demand over the steps the controller has a record of it "
+            "got more than its static reservation (its forecast's peak) would have given "
+            "it; above 0.01 its headroom over that reservation gives way to batch work, by "
+            "service.", labels=["service"])
+        for name in sorted(s.service_lead):
+            lead.add_metric([name], s.service_lead[name])
         yield level
         yield objective
         yield room
         yield spare
+        yield lead
         q = GaugeMetricFamily("gpuroster_queue_length", "Gangs waiting, by priority.",
                               labels=["priority"])
         oldest = GaugeMetricFamily("gpuroster_queue_oldest_wait_seconds",

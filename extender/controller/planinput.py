@@ -5,7 +5,9 @@ running jobs on their blocks, queued gangs with estimates in steps, services
 with forecasts and current GPU sets, GPUs held outside the plan), and the
 memory that needs across rounds: the GPU sets the plan gave each service in
 recent steps, and each service's set at the step's start (fixed at the step's
-first plan, so a re-plan mid-step counts swaps from the same base).
+first plan, so a re-plan mid-step counts swaps from the same base), and how many
+GPUs each service was planned at each step of the last week (what it held, against
+its demand: `model.ServiceState.past_held`).
 
 May not touch: the cluster or the plan. It reads a snapshot and its own
 memory, asks `demand.Reader` for forecasts, and returns the input with the
@@ -44,6 +46,7 @@ class Builder:
         # step -> service -> (its set at the step's start, GPUs it lost with nodes)
         self._base: dict[int, dict[str, tuple[frozenset[int], int]]] = {}
         self._logged: dict[str, str] = {}  # service -> the unforeseen demand error last logged
+        self._held: dict[str, dict[int, int]] = {}  # service -> step -> GPUs planned then
 
     def planned(self, step: int, sets: Mapping[str, frozenset[int]]) -> None:
         """Remember the GPU sets this step's plan gives the services (the last two steps
@@ -51,6 +54,24 @@ class Builder:
         self._sets[step] = dict(sets)
         for old in [k for k in self._sets if k < step - 2]:
             del self._sets[old]
+        week = 7 * self.settings.steps_per_day()
+        for name, gpus in sets.items():
+            held = self._held.setdefault(name, {})
+            held[step] = len(gpus)
+            for old in [k for k in held if k <= step - week]:
+                del held[old]
+
+    def past_held(self, service: str, step: int, most: int) -> tuple[int, ...]:
+        """The GPUs `service` was planned at the steps before `step`, oldest first: the
+        unbroken run of them that ends at step - 1 (none when that step was not planned:
+        after a restart the record starts again), at most `most`."""
+        held = self._held.get(service, {})
+        out: list[int] = []
+        k = step - 1
+        while k in held and len(out) < most:
+            out.append(held[k])
+            k -= 1
+        return tuple(reversed(out))
 
     def build(self, snap: snapshot.Snapshot,
               step: int) -> tuple[model.PlanInput, dict[str, str]]:
@@ -138,7 +159,8 @@ class Builder:
                                     self.demand.past_forecast(name, past)),
                 lost=lost, nodes=sv.nodes, unit=sv.spec.gpus_per_replica,
                 most_per_node=sv.spec.gpus_per_replica if sv.apart else 0,
-                service_level=sv.spec.service_level))
+                service_level=sv.spec.service_level,
+                past_held=self.past_held(name, step, len(past))))
         unavailable = set(snap.unavailable) | frozen
         for node, n in snap.foreign.items():
             if node not in snap.node_index:

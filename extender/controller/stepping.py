@@ -48,7 +48,7 @@ from extender.controller import (
     verbs,
     writing,
 )
-from extender.planner import headroom, model, policies
+from extender.planner import headroom, model, policies, servicing
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,9 @@ class Controller:
                                    service_level=self.settings.service_level,
                                    shift_hours=self.settings.peak_shift_hours,
                                    stand_in_hours=self.settings.stand_in_hours,
-                                   spare_fill=self.settings.spare_replicas)
+                                   spare_fill=self.settings.spare_replicas,
+                                   reservation_lead=(None if self.settings.reservation_lead >= 1
+                                                     else self.settings.reservation_lead))
         return policies.create(self.settings.policy)
 
     def plan_times(self) -> list[float]:
@@ -369,3 +371,6 @@ class Controller:
                                         else self.settings.service_level)
         st.service_headroom[v.name] = plan.headroom.get(v.name, 0)
         st.service_spare[v.name] = plan.spare.get(v.name, 0)
+        lead = servicing.reservation_lead(v)
+        if lead is not None:
+            st.service_lead[v.name] = lead

@@ -207,6 +207,10 @@ class ServiceState:
     # The share of its demanded GPU-steps it must get (the `gpuroster.io/service-level`
     # objective); None: the planner's default. Sets the headroom over its forecast.
     service_level: float | None = None
+    # GPUs it held at past steps, paired with `past_demand` from the end (what it was
+    # given, not what it asked for); empty where unknown. With `reservation` it tells the
+    # planner how the service has fared against a static reservation (`servicing.guard`).
+    past_held: tuple[int, ...] = ()
 
     def allowed(self, cluster: Cluster) -> int:
         """Mask of the GPUs this service may hold."""

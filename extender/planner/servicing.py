@@ -13,6 +13,7 @@ step now, headroom giving way to another service's forecast (`headroom_last`).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from extender.planner import blocks, headroom, model, scaling
@@ -249,3 +250,54 @@ def node_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[
         out.append((mask, room))
     return out
 
+
+
+def reservation_lead(v: model.ServiceState) -> float | None:
+    """How far the service is ahead of its static reservation's record: the shortfall
+    its static reservation (`v.reservation`, held all day, as fifo holds it) would have
+    left over the steps it has a record of what it held (`v.past_held`, paired with its
+    demand from the end), less its own, as a share of its demand there; None without a
+    reservation, a record, or demand in it."""
+    r = v.reservation
+    n = min(len(v.past_demand), len(v.past_held))
+    if r is None or n == 0:
+        return None
+    d = v.past_demand[len(v.past_demand) - n:]
+    total = sum(d)
+    if total <= 0:
+        return None
+    own = sum(x - y for x, y in zip(d, v.past_held[len(v.past_held) - n:], strict=True)
+              if x > y)
+    static = sum(x - r for x in d if x > r)
+    return (static - own) / total
+
+
+def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: list[int],
+                        lead: float, window: int) -> list[int]:
+    """`room` (GPUs over `forecast` at each lead) cut so that the plan holds no more than
+    the larger of the service's static reservation and its forecast raised by its typical
+    error (the median relative error of the last `window` steps, as `headroom.curve`
+    measures it), once the service is more than `lead` of its demand ahead of that
+    reservation's record (`reservation_lead`); `room` itself otherwise. What is cut is
+    headroom for errors rarer than the typical one (a spike, a burst) above what an
+    operator's static reservation would have held, while the service already has more
+    of its demand than that reservation would have given it: batch work may start there
+    (idle GPUs still go to it as spare replicas, `allocating`). A forecast that runs low
+    at every step keeps the headroom that covers it."""
+    ahead = reservation_lead(v)
+    r = v.reservation
+    if ahead is None or ahead <= lead or r is None:
+        return room
+    n = min(len(v.past_demand), len(v.past_forecast), window)
+    d = v.past_demand[len(v.past_demand) - n:]
+    f = v.past_forecast[len(v.past_forecast) - n:]
+    floor = max(1.0, sum(f) / n) if n else 1.0
+    typical = statistics.median((a - b) / (b if b > floor else floor)
+                                for a, b in zip(d, f, strict=True)) if n else 0.0
+    if typical <= 0.0:
+        return [x if x <= r - g else max(0, r - g) for x, g in zip(room, forecast, strict=True)]
+    out = []
+    for x, g in zip(room, forecast, strict=True):
+        top = max(r, g + math.ceil(typical * (g if g > floor else floor) - 1e-9))
+        out.append(x if x <= top - g else max(0, top - g))
+    return out

@@ -59,6 +59,7 @@ def plan_input(
     running: dict[str, tuple[model.Job, model.Block, int]],
     started: set[str],
     service_sets: dict[str, frozenset[int]],
+    held: dict[str, list[int]] | None = None,
 ) -> model.PlanInput:
     H = s.horizon_steps
     period = s.steps_per_day
@@ -83,6 +84,7 @@ def plan_input(
             reservation=max(v.forecast[:window]) if window else 0,
             past_forecast=v.forecast[:t],
             service_level=v.service_level,
+            past_held=tuple(held.get(v.name, ())) if held else (),
         )
         for v in s.services
     )
@@ -160,11 +162,12 @@ def simulate(
     running: dict[str, tuple[model.Job, model.Block, int]] = {}
     started: set[str] = set()
     service_sets: dict[str, frozenset[int]] = {}
+    held: dict[str, list[int]] = {v.name: [] for v in s.services}
     for t in range(T):
         for name, (j, _, start) in list(running.items()):
             if start + j.duration_steps <= t:
                 del running[name]
-        inp = plan_input(s, t, running, started, service_sets)
+        inp = plan_input(s, t, running, started, service_sets, held)
         t0 = time.perf_counter()
         plan = pol.plan(inp)
         out.plan_seconds.append(time.perf_counter() - t0)
@@ -179,6 +182,7 @@ def simulate(
         for name, (_, b, _) in running.items():
             grid[b.start : b.end, t] = index[name]
         for name, gpus in service_sets.items():
+            held[name].append(len(gpus))
             if gpus:
                 grid[sorted(gpus), t] = index[name]
         if progress:

@@ -923,6 +923,9 @@ def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
         metrics.set_state_source(lambda: None)
     assert 'gpuroster_realtime_headroom_gpus{service="ns/chat"}' in text
     assert 'gpuroster_realtime_spare_gpus{service="ns/chat"}' in text
+    # Its headroom gave it more than a reservation of the curve's 2 would have: ahead.
+    assert st.service_lead["ns/chat"] > 0.01
+    assert 'gpuroster_realtime_reservation_lead{service="ns/chat"}' in text
     assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text
 
 
@@ -1035,3 +1038,23 @@ def test_pods_of_a_deployment_with_a_misspelt_workload_get_a_warning_not_a_block
     (told,) = [e for e in rig.fake.events if e["involvedObject"]["name"] == "svc-abc12-x"]
     assert (told["type"], told["reason"]) == ("Warning", "InvalidAnnotations")
     assert metrics.REGISTRY.get_sample_value("gpuroster_annotation_errors_total") == counted + 1
+
+
+def test_each_service_carries_the_gpus_it_was_planned_at_the_steps_before() -> None:
+    # What the guard against the static reservation reads (`ServiceState.past_held`):
+    # one count a past step, paired with its demand from the end, the last step's last.
+    rig = Rig(nodes=1)
+    rig.fake.add("configmaps", configmap("d", curve="[2, 4, 3]"))
+    rig.fake.add("deployments", deployment("svc", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+    planned: list[int] = []
+    for _ in range(4):
+        rig.step() if not planned else rig.advance()
+        planned.append(sum(rig.ctl.table.service_planned["ns/svc"].values()))
+    inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 4)
+    (sv,) = inp.services
+    assert sv.past_held == tuple(planned)
+    assert len(sv.past_held) <= len(sv.past_demand)
+    # A step the controller did not plan breaks the record: it restarts after it.
+    inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 6)
+    assert inp.services[0].past_held == ()
