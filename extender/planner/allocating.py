@@ -330,7 +330,6 @@ class Gpuroster:
         # high score early lets the bound drop the others sooner. The winner is
         # still the first best in the listed order, so plans do not depend on it.
         self._last_winner = 0
-        self._unheld_peak: dict[str, int] = {}  # by service, this plan's (`plan`)
 
     # --- the whole horizon ------------------------------------------------------
 
@@ -364,7 +363,7 @@ class Gpuroster:
         rooms = held_to_reservation(inp, o, told, unheld)
         # Where a service's headroom gave way to batch work, what it would have held: its
         # spare replicas on idle GPUs may reach that.
-        self._unheld_peak = {
+        unheld_peak = {
             v.name: max(map(operator.add, told[v.name][:H], unheld[v.name][:H]), default=0)
             for v in inp.services if rooms[v.name] is not unheld[v.name]}
         curves = {
@@ -524,7 +523,7 @@ class Gpuroster:
             targets[v.name] = max(0, target)
         now_told = {v.name: told[v.name][0] for v in inp.services}
         cut = servicing.headroom_last(inp, used_now, targets, now_told)
-        self._place_services(inp, plan, placed, used_now, cut, curves)
+        self._place_services(inp, plan, placed, used_now, cut, curves, unheld_peak)
         for v in inp.services:  # at step now, what they hold
             room = rooms[v.name][0] if rooms[v.name] else 0
             if cut[v.name] < targets[v.name]:  # headroom given way: what is left of it
@@ -536,13 +535,14 @@ class Gpuroster:
 
     def _place_services(self, inp: model.PlanInput, plan: model.Plan, placed: list[_Placed],
                         used_now: int, targets: dict[str, int],
-                        curves: dict[str, list[int]]) -> None:
+                        curves: dict[str, list[int]], unheld_peak: dict[str, int]) -> None:
         """The services' GPUs at step now: keep, grow into the top idle GPUs, shed the
         lowest, and move off the blocks of jobs planned to start soon (one left short of
         its target tops up from what those after it gave back); then the GPUs still idle
         that no job wants next step as spare replicas (`Options.spare_fill`), up to the
-        peak of the service's curve over the horizon (of what it would have held, where
-        its headroom gave way to batch work: `Options.reservation_lead`) and as many as
+        peak of the service's curve over the horizon (of what it would have held, by
+        `unheld_peak`, where its headroom gave way to batch work:
+        `Options.reservation_lead`) and as many as
         the swap cap can shed again toward the curve at the next step."""
         c = inp.cluster
         now = inp.now
@@ -597,7 +597,7 @@ class Gpuroster:
             gpus = plan.service_gpus[v.name]
             curve = curves[v.name]
             room = max(max(curve[:inp.horizon], default=0),
-                       self._unheld_peak.get(v.name, 0)) - len(gpus)
+                       unheld_peak.get(v.name, 0)) - len(gpus)
             if now > 0:  # swaps now, and the fall to next step's curve, within the cap
                 after = curve[1] if len(curve) > 1 else targets[v.name]
                 room = min(room, v.max_swap - len(gpus ^ v.current_gpus),

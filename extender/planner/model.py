@@ -209,7 +209,8 @@ class ServiceState:
     service_level: float | None = None
     # GPUs it held at past steps, paired with `past_demand` from the end (what it was
     # given, not what it asked for); empty where unknown. With `reservation` it tells the
-    # planner how the service has fared against a static reservation (`servicing.guard`).
+    # planner how the service has fared against a static reservation
+    # (`servicing.reservation_lead`).
     past_held: tuple[int, ...] = ()
 
     def allowed(self, cluster: Cluster) -> int:

@@ -251,7 +251,6 @@ def node_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[
     return out
 
 
-
 def reservation_lead(v: model.ServiceState) -> float | None:
     """How far the service is ahead of its static reservation's record: the shortfall
     its static reservation (`v.reservation`, held all day, as fifo holds it) would have
@@ -292,10 +291,9 @@ def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: li
     d = v.past_demand[len(v.past_demand) - n:]
     f = v.past_forecast[len(v.past_forecast) - n:]
     floor = max(1.0, sum(f) / n) if n else 1.0
-    typical = statistics.median((a - b) / (b if b > floor else floor)
-                                for a, b in zip(d, f, strict=True)) if n else 0.0
-    if typical <= 0.0:
-        return [x if x <= r - g else max(0, r - g) for x, g in zip(room, forecast, strict=True)]
+    # A forecast that ran high or right as often as not keeps nothing over the reservation.
+    typical = max(0.0, statistics.median((a - b) / (b if b > floor else floor)
+                                         for a, b in zip(d, f, strict=True))) if n else 0.0
     out = []
     for x, g in zip(room, forecast, strict=True):
         top = max(r, g + math.ceil(typical * (g if g > floor else floor) - 1e-9))
