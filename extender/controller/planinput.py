@@ -18,7 +18,8 @@ nothing (the policy does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from extender import config
 from extender.adapter import annotations as ann
@@ -48,18 +49,30 @@ class Builder:
         self._logged: dict[str, str] = {}  # service -> the unforeseen demand error last logged
         self._held: dict[str, dict[int, int]] = {}  # service -> step -> GPUs planned then
 
-    def planned(self, step: int, sets: Mapping[str, frozenset[int]]) -> None:
+    def planned(self, step: int, sets: Mapping[str, frozenset[int]],
+                services: Iterable[str] = ()) -> None:
         """Remember the GPU sets this step's plan gives the services (the last two steps
-        before are kept: the next step's swaps count from them)."""
+        before are kept: the next step's swaps count from them), and how many GPUs each
+        service was planned at (the round's `services` too: one the plan gave none held
+        0), for a week of steps."""
         self._sets[step] = dict(sets)
         for old in [k for k in self._sets if k < step - 2]:
             del self._sets[old]
         week = 7 * self.settings.steps_per_day()
-        for name, gpus in sets.items():
+        for name in {*sets, *services}:
             held = self._held.setdefault(name, {})
-            held[step] = len(gpus)
-            for old in [k for k in held if k <= step - week]:
-                del held[old]
+            held[step] = len(sets.get(name, ()))
+            # Steps come in order, so the oldest are first: drop those a week old.
+            while (first := next(iter(held))) <= step - week:
+                del held[first]
+        for name in [n for n, held in self._held.items() if next(reversed(held)) <= step - week]:
+            del self._held[name]  # a service not planned for a week
+
+    def held(self, service: str) -> Mapping[int, int]:
+        """Step -> the GPUs `service` was planned at then, over the last week of steps
+        it was planned (read only: the gauges' delivered service level pairs it with
+        the service's demand)."""
+        return MappingProxyType(self._held.get(service, {}))
 
     def past_held(self, service: str, step: int, most: int) -> tuple[int, ...]:
         """The GPUs `service` was planned at the steps before `step`, oldest first: the

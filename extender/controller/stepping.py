@@ -98,7 +98,6 @@ class Controller:
         self.shadow = shadowing.Observer(settings) if settings.shadow else None
         self.view: dict[str, Any] = {}
         self.state: metrics.StepState | None = None
-        self._given: dict[str, dict[int, int]] = {}  # service -> step -> GPUs planned (a day)
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -259,7 +258,7 @@ class Controller:
         w = self.writer
         admitted, failed = w.admit(snap, plan, step, now) if leading else ({}, {})
         refused = w.refill(snap, now) if leading else {}
-        self.inputs.planned(step, plan.service_gpus)
+        self.inputs.planned(step, plan.service_gpus, (v.name for v in inp.services))
         waiting = explaining.waiting(snap, plan, admitted, failed, refused, self.time_of,
                                      self.settings.step_seconds, w.completing)
         published = table.build(snap, plan, step, self.time_of(step + 1), admitted, problems,
@@ -348,19 +347,17 @@ class Controller:
             st.allocated_by_workload[rt] = st.allocated_by_workload.get(rt, 0) + a
             st.useful_by_workload[rt] = st.useful_by_workload.get(rt, 0) + min(a, d)
             value += min(a, d) * v.priority
-            self._observe_service_level(st, v, plan, step, a)
+            self._observe_service_level(st, v, plan, step)
         st.value_rate = value
         self.state = st
 
     def _observe_service_level(self, st: metrics.StepState, v: model.ServiceState,
-                               plan: model.Plan, step: int, allocated: int) -> None:
+                               plan: model.Plan, step: int) -> None:
         """The service's gauges: delivered service level over the last day of steps
-        (its past demand against the GPUs planned then), objective, headroom now."""
+        (its past demand against the GPUs planned then: the record the planner's hold
+        reads, `planinput.Builder.held`), objective, headroom now."""
         day = self.settings.steps_per_day()
-        given = self._given.setdefault(v.name, {})
-        given[step] = allocated
-        for old in [k for k in given if k <= step - day]:
-            del given[old]
+        given = self.inputs.held(v.name)
         start = step - len(v.past_demand)
         pairs = [(v.past_demand[t - start], given[t]) for t in range(max(start, step - day), step)
                  if t in given]

@@ -12,7 +12,7 @@ from extender import config, metrics
 from extender.adapter import annotations as ann
 from extender.adapter import snapshot, watching
 from extender.controller import clock as clock_mod
-from extender.controller import stepping
+from extender.controller import demand, planinput, stepping
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
 
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -1058,3 +1058,24 @@ def test_each_service_carries_the_gpus_it_was_planned_at_the_steps_before() -> N
     # A step the controller did not plan breaks the record: it restarts after it.
     inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 6)
     assert inp.services[0].past_held == ()
+
+
+def test_the_record_of_what_services_were_planned_is_one_week_and_counts_a_service_given_none(
+) -> None:
+    # One record serves both the planner's hold (`past_held`) and the delivered service
+    # level gauge (`held`): a service the round planned but the plan gave no GPUs held 0
+    # there; steps a week old go, and so does a service not planned for a week.
+    settings = config.Settings(step_seconds=3600.0)  # 24 steps a day: a week is 168
+    b = planinput.Builder(settings, demand.Reader(settings))
+    b.planned(0, {"a": frozenset({0, 1})}, ["a", "b"])
+    assert dict(b.held("a")) == {0: 2} and dict(b.held("b")) == {0: 0}
+    for step in range(1, 168):
+        b.planned(step, {"a": frozenset({step % 4})}, ["a"])
+    assert min(b.held("a")) == 0 and len(b.held("a")) == 168
+    assert b.past_held("b", 1, 5) == (0,) and b.past_held("b", 2, 5) == ()  # b: no step 1
+    b.planned(168, {"a": frozenset()}, ["a"])
+    assert min(b.held("a")) == 1 and b.held("a")[168] == 0  # step 0 is a week old
+    assert dict(b.held("b")) == {}  # not planned since step 0: forgotten
+    assert b.past_held("a", 169, 3) == (1, 1, 0)
+    with pytest.raises(TypeError):
+        b.held("a")[0] = 5  # type: ignore[index]  # read only
