@@ -63,14 +63,23 @@ def curve(forecast: Sequence[int], past_demand: Sequence[int], past_forecast: Se
     # every re-plan (numpy's per-call cost was 200 us of a 1 ms budget).
     d = [float(x) for x in past_demand[len(past_demand) - n:]]
     f = [float(x) for x in past_forecast[len(past_forecast) - n:]]
-    floor = max(1.0, sum(f) / n)
-    scale = [x if x > floor else floor for x in f]
-    share = smallest(d, f, scale, [(a - b) / c for a, b, c in zip(d, f, scale, strict=True)],
-                     objective)
+    errors, floor = relative_errors(d, f)
+    share = smallest(d, f, [x if x > floor else floor for x in f], errors, objective)
     if share <= 0.0:
         return [0] * len(forecast)
     gpus = smallest(d, f, [1.0] * n, [a - b for a, b in zip(d, f, strict=True)], objective)
     return [math.ceil(min(share * (x if x > floor else floor), gpus) - 1e-9) for x in forecast]
+
+
+def relative_errors(demand: Sequence[float],
+                    forecast: Sequence[float]) -> tuple[list[float], float]:
+    """(each step's relative error, (demand - forecast) / max(forecast, floor); the floor):
+    the floor is the mean forecast, at least 1 GPU, so that at the trough a small
+    forecast does not blow a plain ratio up. Headroom at a lead is a relative error times
+    the same max(forecast there, floor)."""
+    floor = max(1.0, sum(forecast) / len(forecast)) if forecast else 1.0
+    return [(a - b) / (b if b > floor else floor)
+            for a, b in zip(demand, forecast, strict=True)], floor
 
 
 def copied(forecast: Sequence[int], look: int, day: int) -> bool:

@@ -288,12 +288,10 @@ def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: li
     if ahead is None or ahead <= lead or r is None:
         return room
     n = min(len(v.past_demand), len(v.past_forecast), window)
-    d = v.past_demand[len(v.past_demand) - n:]
-    f = v.past_forecast[len(v.past_forecast) - n:]
-    floor = max(1.0, sum(f) / n) if n else 1.0
+    errors, floor = headroom.relative_errors(v.past_demand[len(v.past_demand) - n:],
+                                             v.past_forecast[len(v.past_forecast) - n:])
     # A forecast that ran high or right as often as not keeps nothing over the reservation.
-    typical = max(0.0, statistics.median((a - b) / (b if b > floor else floor)
-                                         for a, b in zip(d, f, strict=True))) if n else 0.0
+    typical = max(0.0, statistics.median(errors)) if errors else 0.0
     out = []
     for x, g in zip(room, forecast, strict=True):
         top = max(r, g + math.ceil(typical * (g if g > floor else floor) - 1e-9))
