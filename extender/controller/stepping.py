@@ -368,6 +368,7 @@ class Controller:
                                         else self.settings.service_level)
         st.service_headroom[v.name] = plan.headroom.get(v.name, 0)
         st.service_spare[v.name] = plan.spare.get(v.name, 0)
-        lead = servicing.reservation_lead(v)
+        # (The policy's own figure where it read one: a pass over the record, not two.)
+        lead = plan.lead[v.name] if v.name in plan.lead else servicing.reservation_lead(v)
         if lead is not None:
             st.service_lead[v.name] = lead

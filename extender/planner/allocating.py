@@ -306,19 +306,28 @@ def service_rooms(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
                                        round(o.stand_in_hours * spd / 24), o.headroom_cap)
         for v in inp.services
     }
-    return held_to_reservation(inp, o, told, rooms) if held else rooms
+    if not held:
+        return rooms
+    leads = {v.name: servicing.reservation_lead(v) for v in inp.services}
+    return held_to_reservation(inp, o, told, rooms, leads)
 
 
 def held_to_reservation(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
-                        rooms: dict[str, list[int]]) -> dict[str, list[int]]:
+                        rooms: dict[str, list[int]],
+                        leads: dict[str, float | None]) -> dict[str, list[int]]:
     """`rooms` with each service's held to its static reservation where it is ahead of
-    that reservation's record (`servicing.held_to_reservation`, `Options.reservation_lead`)."""
+    that reservation's record by more than `Options.reservation_lead` (`leads`, by name:
+    `servicing.reservation_lead`; the cut is `servicing.cut_to_reservation`)."""
     if o.reservation_lead is None:
         return rooms
     window = o.error_window or inp.steps_per_day
-    return {v.name: servicing.held_to_reservation(v, told[v.name], rooms[v.name],
-                                                  o.reservation_lead, window)
-            for v in inp.services}
+    out = {}
+    for v in inp.services:
+        ahead = leads[v.name]
+        out[v.name] = (rooms[v.name] if ahead is None or ahead <= o.reservation_lead
+                       else servicing.cut_to_reservation(v, told[v.name], rooms[v.name],
+                                                         window))
+    return out
 
 
 class Gpuroster:
@@ -360,7 +369,10 @@ class Gpuroster:
         # Services: their curves, and the capacity they leave for batch work.
         told = {v.name: servicing.forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
         unheld = service_rooms(inp, o, told, held=False)
-        rooms = held_to_reservation(inp, o, told, unheld)
+        # How far each service is ahead of its static reservation's record: once, for the
+        # hold and for the plan (the controller's gauge reads it there).
+        leads = {v.name: servicing.reservation_lead(v) for v in inp.services}
+        rooms = held_to_reservation(inp, o, told, unheld, leads)
         # Where a service's headroom gave way to batch work, what it would have held: its
         # spare replicas on idle GPUs may reach that.
         unheld_peak = {
@@ -482,6 +494,7 @@ class Gpuroster:
             self._last_winner = best_at
 
         plan = model.Plan(now=now)
+        plan.lead = {name: x for name, x in leads.items() if x is not None}
         queued = {q.name: q for q in inp.queued}
         used_now = occ[0]
         placed = [_Placed(*p) for p in best.placed]

@@ -250,4 +250,7 @@ class Plan:
     # GPUs a service holds at step now over its curve (forecast and headroom): idle GPUs
     # no job is planned on by the next step (`Options.spare_fill`).
     spare: dict[str, int] = field(default_factory=dict)
+    # How far a service is ahead of its static reservation's record, as a share of its
+    # demand (`servicing.reservation_lead`), where the policy read it; else empty.
+    lead: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)

@@ -275,17 +275,27 @@ def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: li
                         lead: float, window: int) -> list[int]:
     """`room` (GPUs over `forecast` at each lead) cut so that the plan holds no more than
     the larger of the service's static reservation and its forecast raised by its typical
-    error (the median relative error of the last `window` steps, as `headroom.curve`
-    measures it), once the service is more than `lead` of its demand ahead of that
-    reservation's record (`reservation_lead`); `room` itself otherwise. What is cut is
-    headroom for errors rarer than the typical one (a spike, a burst) above what an
+    error (`cut_to_reservation`), once the service is more than `lead` of its demand ahead
+    of that reservation's record (`reservation_lead`); `room` itself otherwise. What is cut
+    is headroom for errors rarer than the typical one (a spike, a burst) above what an
     operator's static reservation would have held, while the service already has more
     of its demand than that reservation would have given it: batch work may start there
     (idle GPUs still go to it as spare replicas, `allocating`). A forecast that runs low
     at every step keeps the headroom that covers it."""
     ahead = reservation_lead(v)
+    if ahead is None or ahead <= lead:
+        return room
+    return cut_to_reservation(v, forecast, room, window)
+
+
+def cut_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: list[int],
+                       window: int) -> list[int]:
+    """`room` cut so that the plan holds no more than the larger of the service's static
+    reservation and its forecast raised by its typical error (the median relative error
+    of the last `window` steps, as `headroom.curve` measures it); `room` itself without
+    a reservation."""
     r = v.reservation
-    if ahead is None or ahead <= lead or r is None:
+    if r is None:
         return room
     n = min(len(v.past_demand), len(v.past_forecast), window)
     errors, floor = headroom.relative_errors(v.past_demand[len(v.past_demand) - n:],

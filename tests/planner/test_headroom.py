@@ -585,11 +585,14 @@ def test_a_service_ahead_of_its_reservation_leaves_its_headroom_over_it_to_batch
     ahead = planner.plan(_ahead_input(held))
     assert "long" in ahead.starts  # over its reservation of 4, its headroom gave way
     assert ahead.headroom["chat"] == 2  # up to the reservation, over the forecast's 2
+    # The plan carries the lead it read (4 of 32 GPU-steps ahead), for the gauge.
+    assert ahead.lead == {"chat": pytest.approx(4 / 32)}
     unheld = allocating.Gpuroster(reservation_lead=None).plan(_ahead_input(held))
     assert "long" not in unheld.starts and unheld.headroom["chat"] > 2
     # No record of what it held (a controller just restarted): the headroom as before.
     fresh = planner.plan(_ahead_input([]))
     assert "long" not in fresh.starts and fresh.headroom["chat"] == unheld.headroom["chat"]
+    assert fresh.lead == {} and unheld.lead == ahead.lead  # (read with the hold off too)
 
 
 def test_headroom_that_gave_way_still_reaches_the_service_on_idle_gpus() -> None:
