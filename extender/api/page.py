@@ -57,6 +57,11 @@ def _list(heads: Sequence[str], rows: list[str], empty: str) -> str:
             + "".join(rows) + "</table>")
 
 
+def _count(x: object) -> str:
+    """A count from the plan's JSON for a table cell: '-' when absent or not a count."""
+    return str(x) if isinstance(x, int) and not isinstance(x, bool) else "-"
+
+
 def _grid_svg(view: Mapping[str, Any], services: set[str]) -> str:
     esc = html.escape
     grid: list[list[str | None]] = view["grid"]
@@ -194,9 +199,12 @@ def render(view: Mapping[str, Any]) -> str:
                      f"<td class='r'>{len(v.get('gpus_now') or [])}</td>"
                      f"<td class='r'>{planned if planned is not None else '-'}{diff}</td>"
                      f"<td class='r'>{actual if actual is not None else '-'}</td>"
+                     f"<td class='r'>{_count(v.get('headroom'))}</td>"
+                     f"<td class='r'>{_count(v.get('spare'))}</td>"
                      f"<td>{esc(forecast)}</td></tr>")
     services_table = _list(("Service", "GPUs planned now", "Replicas planned", "Replicas now",
-                            "Forecast GPUs (next steps)"), srows, "No real-time services.")
+                            "Headroom GPUs", "Spare GPUs", "Forecast GPUs (next steps)"),
+                           srows, "No real-time services.")
 
     held = "unavailable: a node down, or GPUs held by pods outside the plan"
     legend = "".join(

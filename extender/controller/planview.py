@@ -21,8 +21,9 @@ from extender.planner import model
 
 def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step: int,
           step_start: float, step_seconds: float, took: float, *, shadow: bool = False,
-          now: float | None = None) -> dict[str, Any]:
-    """The plan as JSON for `GET /plan`: GPU x step grid over the horizon, jobs, services."""
+          now: float | None = None, objective: float | None = None) -> dict[str, Any]:
+    """The plan as JSON for `GET /plan`: GPU x step grid over the horizon, jobs, services
+    (`objective`: a service's service level objective where it sets none)."""
     c = snap.cluster
     H = inp.horizon
     grid: list[list[str | None]] = [[None] * H for _ in range(c.gpus)]
@@ -80,7 +81,16 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
                             "priority": v.priority, "gpus_per_replica": per,
                             "replicas_planned": len(now_gpus) // max(1, per),
                             "replicas_actual": sv.replicas if sv is not None else None,
-                            "gpus_in_use": sum(sv.gpus_by_node.values()) if sv else 0}
+                            "gpus_in_use": sum(sv.gpus_by_node.values()) if sv else 0,
+                            # Why it holds more than its forecast now: headroom for the
+                            # forecast's recent error, spares on idle GPUs; how far it is
+                            # ahead of its static reservation's record (None: no record).
+                            "headroom": plan.headroom.get(v.name, 0),
+                            "spare": plan.spare.get(v.name, 0),
+                            "service_level_objective": (v.service_level
+                                                        if v.service_level is not None
+                                                        else objective),
+                            "reservation_lead": plan.lead.get(v.name)}
         for gpu in now_gpus:
             if gpu < c.gpus:
                 grid[gpu][0] = v.name

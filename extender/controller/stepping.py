@@ -251,7 +251,8 @@ class Controller:
         # The plan page shows what is being committed, before the writes go out.
         self.view = planview.build(snap, plan, inp, step, self.time_of(step),
                                    self.settings.step_seconds, took,
-                                   shadow=self.shadow is not None, now=now)
+                                   shadow=self.shadow is not None, now=now,
+                                   objective=self.settings.service_level)
         # Every replica plans and answers the scheduler; only the leader commits,
         # and nobody in shadow mode.
         leading = self.leader() and self.shadow is None

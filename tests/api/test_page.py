@@ -32,7 +32,8 @@ def view(**over: Any) -> dict[str, Any]:
                    "waiting_since_utc": "2023-11-14T20:00:00Z"},
         },
         "services": {"ns/chat": {"gpus_now": [4], "forecast": [1, 1, 2, 2],
-                                 "replicas_planned": 1, "replicas_actual": 3}},
+                                 "replicas_planned": 1, "replicas_actual": 3,
+                                 "headroom": 2, "spare": 1}},
     }
     v.update(over)
     return v
@@ -51,6 +52,7 @@ def test_the_waiting_list_says_what_each_job_waits_for() -> None:
     assert "ns/a" in running and "kube-scheduler" in running
     services = html[html.index("id=\"services\""):]
     assert "<b>(-2)</b>" in services  # it would set 1 replica, the Deployment has 3
+    assert "Headroom GPUs" in services and "<td class='r'>2</td><td class='r'>1</td>" in services
     assert "Shadow mode." in html and "1 to start now (2 GPUs), 2 waiting" in html
 
 

@@ -925,6 +925,12 @@ def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
     assert 'gpuroster_realtime_spare_gpus{service="ns/chat"}' in text
     # Its headroom gave it more than a reservation of the curve's 2 would have: ahead.
     assert st.service_lead["ns/chat"] > 0.01
+    # The plan view says the same: what it holds over the forecast, and why.
+    shown = rig.ctl.view["services"]["ns/chat"]
+    assert shown["headroom"] == st.service_headroom["ns/chat"]
+    assert shown["spare"] == st.service_spare["ns/chat"]
+    assert shown["service_level_objective"] == 0.99
+    assert shown["reservation_lead"] == st.service_lead["ns/chat"]
     assert 'gpuroster_realtime_reservation_lead{service="ns/chat"}' in text
     assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text
 
@@ -1054,6 +1060,8 @@ def test_each_service_carries_the_gpus_it_was_planned_at_the_steps_before() -> N
     inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 4)
     (sv,) = inp.services
     assert sv.past_held == tuple(planned)
+    # No gpuroster.io/service-level: the plan view shows the default objective.
+    assert rig.ctl.view["services"]["ns/svc"]["service_level_objective"] == 0.995
     assert len(sv.past_held) <= len(sv.past_demand)
     # A step the controller did not plan breaks the record: it restarts after it.
     inp, _ = rig.ctl.plan_input(rig.ctl.take_snapshot(), 6)
