@@ -512,6 +512,10 @@ def test_demand_above_its_forecast_for_several_steps_gets_headroom_and_the_gauge
              what="replicas for the forecast and its headroom")
     level = gauge(extender.get("/metrics"), "gpuroster_realtime_service_level", svc)
     assert level is not None and level < 0.99, level
+    # The plan view says why the service holds more than its forecast.
+    shown = wait_for(lambda: (v if (v := extender.get("/plan")["services"][svc])["headroom"]
+                              >= 2 else None), timeout=4 * STEP, what="headroom in /plan")
+    assert shown["service_level_objective"] == 0.99 and shown["forecast"][0] == 2, shown
     print(f"[e2e] headroom {room} GPUs after step {since}; service level {level:.3f}")
 
 
