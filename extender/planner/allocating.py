@@ -317,17 +317,13 @@ def held_to_reservation(inp: model.PlanInput, o: Options, told: dict[str, list[i
                         leads: dict[str, float | None]) -> dict[str, list[int]]:
     """`rooms` with each service's held to its static reservation where it is ahead of
     that reservation's record by more than `Options.reservation_lead` (`leads`, by name:
-    `servicing.reservation_lead`; the cut is `servicing.cut_to_reservation`)."""
+    `servicing.reservation_lead`; `servicing.held_to_reservation`)."""
     if o.reservation_lead is None:
         return rooms
     window = o.error_window or inp.steps_per_day
-    out = {}
-    for v in inp.services:
-        ahead = leads[v.name]
-        out[v.name] = (rooms[v.name] if ahead is None or ahead <= o.reservation_lead
-                       else servicing.cut_to_reservation(v, told[v.name], rooms[v.name],
-                                                         window))
-    return out
+    return {v.name: servicing.held_to_reservation(v, told[v.name], rooms[v.name],
+                                                  o.reservation_lead, window, leads[v.name])
+            for v in inp.services}
 
 
 class Gpuroster:

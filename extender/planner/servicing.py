@@ -272,30 +272,20 @@ def reservation_lead(v: model.ServiceState) -> float | None:
 
 
 def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: list[int],
-                        lead: float, window: int) -> list[int]:
+                        lead: float, window: int, ahead: float | None) -> list[int]:
     """`room` (GPUs over `forecast` at each lead) cut so that the plan holds no more than
     the larger of the service's static reservation and its forecast raised by its typical
-    error (`cut_to_reservation`), once the service is more than `lead` of its demand ahead
-    of that reservation's record (`reservation_lead`); `room` itself otherwise. What is cut
-    is headroom for errors rarer than the typical one (a spike, a burst) above what an
-    operator's static reservation would have held, while the service already has more
-    of its demand than that reservation would have given it: batch work may start there
-    (idle GPUs still go to it as spare replicas, `allocating`). A forecast that runs low
-    at every step keeps the headroom that covers it."""
-    ahead = reservation_lead(v)
-    if ahead is None or ahead <= lead:
-        return room
-    return cut_to_reservation(v, forecast, room, window)
-
-
-def cut_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: list[int],
-                       window: int) -> list[int]:
-    """`room` cut so that the plan holds no more than the larger of the service's static
-    reservation and its forecast raised by its typical error (the median relative error
-    of the last `window` steps, as `headroom.curve` measures it); `room` itself without
-    a reservation."""
+    error (the median relative error of the last `window` steps, as `headroom.curve`
+    measures it), once the service is more than `lead` of its demand ahead of that
+    reservation's record (`ahead`: `reservation_lead(v)`, read once by the caller, which
+    also shows it); `room` itself otherwise. What is cut is headroom for errors rarer than
+    the typical one (a spike, a burst) above what an operator's static reservation would
+    have held, while the service already has more of its demand than that reservation
+    would have given it: batch work may start there (idle GPUs still go to it as spare
+    replicas, `allocating`). A forecast that runs low at every step keeps the headroom
+    that covers it."""
     r = v.reservation
-    if r is None:
+    if ahead is None or ahead <= lead or r is None:
         return room
     n = min(len(v.past_demand), len(v.past_forecast), window)
     errors, floor = headroom.relative_errors(v.past_demand[len(v.past_demand) - n:],

@@ -540,16 +540,22 @@ def test_the_lead_over_a_static_reservation_is_its_shortfall_less_the_services()
         assert servicing.reservation_lead(none) is None
 
 
+def _held(v: model.ServiceState, forecast: list[int], room: list[int], lead: float,
+          window: int) -> list[int]:
+    return servicing.held_to_reservation(v, forecast, room, lead, window,
+                                         servicing.reservation_lead(v))
+
+
 def test_ahead_of_its_reservation_the_plan_holds_no_more_than_it() -> None:
     room = [5, 3, 1, 0]
     forecast = [2, 2, 4, 5]
     ahead = _recorded([2, 6, 2, 6, 2, 2], [2, 6, 2, 6, 2, 2])  # 4 of 20 ahead
-    assert servicing.held_to_reservation(ahead, forecast, room, 0.01, 24) == [2, 2, 0, 0]
-    assert servicing.held_to_reservation(ahead, forecast, room, 0.25, 24) == room  # not that far
+    assert _held(ahead, forecast, room, 0.01, 24) == [2, 2, 0, 0]
+    assert _held(ahead, forecast, room, 0.25, 24) == room  # not that far
     even = _recorded([2, 3, 2], [2, 3, 2])  # the reservation covered it all too
-    assert servicing.held_to_reservation(even, forecast, room, 0.01, 24) == room
+    assert _held(even, forecast, room, 0.01, 24) == room
     behind = _recorded([4, 2], [2, 2])
-    assert servicing.held_to_reservation(behind, forecast, room, 0.01, 24) == room
+    assert _held(behind, forecast, room, 0.01, 24) == room
     assert allocating.Options().reservation_lead == 0.01
 
 
@@ -560,11 +566,11 @@ def test_a_forecast_low_at_every_step_keeps_the_headroom_that_covers_it_ahead_or
     # more: the headroom past that (for errors rarer than the typical one) gives way.
     v = _recorded([5] * 6, [5] * 6, reservation=2, told=2)
     assert servicing.reservation_lead(v) == pytest.approx(0.6)
-    assert servicing.held_to_reservation(v, [2, 2, 2], [3, 5, 1], 0.01, 24) == [3, 3, 1]
+    assert _held(v, [2, 2, 2], [3, 5, 1], 0.01, 24) == [3, 3, 1]
     # Only the window's last steps count: after a day of 5 at every step, a day on the
     # forecast (demand 2) is the typical error now.
     v = _recorded([5] * 6 + [2] * 6, [5] * 12, reservation=2, told=2)
-    assert servicing.held_to_reservation(v, [2, 2, 2], [3, 5, 1], 0.01, 6) == [0, 0, 0]
+    assert _held(v, [2, 2, 2], [3, 5, 1], 0.01, 6) == [0, 0, 0]
 
 
 def _ahead_input(held: list[int]) -> model.PlanInput:
