@@ -248,6 +248,12 @@ class Controller:
         with self._plan_times_lock:
             self._plan_times.append(took)
         metrics.STEPS.inc()
+        # How far each service is ahead of its static reservation's record, once: the
+        # policy's own reading where it took one (gpuroster's hold), else read here, for
+        # the plan page and the gauge alike.
+        for v in inp.services:
+            if v.name not in plan.lead:
+                plan.lead[v.name] = servicing.reservation_lead(v)
         # The plan page shows what is being committed, before the writes go out.
         self.view = planview.build(snap, plan, inp, step, self.time_of(step),
                                    self.settings.step_seconds, took,
@@ -369,7 +375,6 @@ class Controller:
                                         else self.settings.service_level)
         st.service_headroom[v.name] = plan.headroom.get(v.name, 0)
         st.service_spare[v.name] = plan.spare.get(v.name, 0)
-        # (The policy's own figure where it read one: a pass over the record, not two.)
-        lead = plan.lead[v.name] if v.name in plan.lead else servicing.reservation_lead(v)
+        lead = plan.lead.get(v.name)
         if lead is not None:
             st.service_lead[v.name] = lead

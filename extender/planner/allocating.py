@@ -490,7 +490,7 @@ class Gpuroster:
             self._last_winner = best_at
 
         plan = model.Plan(now=now)
-        plan.lead = {name: x for name, x in leads.items() if x is not None}
+        plan.lead = leads
         queued = {q.name: q for q in inp.queued}
         used_now = occ[0]
         placed = [_Placed(*p) for p in best.placed]

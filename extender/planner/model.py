@@ -251,6 +251,7 @@ class Plan:
     # no job is planned on by the next step (`Options.spare_fill`).
     spare: dict[str, int] = field(default_factory=dict)
     # How far a service is ahead of its static reservation's record, as a share of its
-    # demand (`servicing.reservation_lead`), where the policy read it; else empty.
-    lead: dict[str, float] = field(default_factory=dict)
+    # demand (`servicing.reservation_lead`; None: no record to read it from), for every
+    # service whose lead the policy read; the controller reads the others' after planning.
+    lead: dict[str, float | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)

@@ -935,6 +935,22 @@ def test_demand_above_its_curve_gets_headroom_and_the_gauges_show_it() -> None:
     assert 'gpuroster_realtime_service_level_objective{service="ns/chat"} 0.99' in text
 
 
+def test_a_policy_that_reads_no_lead_still_shows_it_on_the_page_and_the_gauge() -> None:
+    # fifo holds its reservation and reads no record; the controller reads the lead once
+    # for it, and the plan page and the gauge show the same figure.
+    rig = Rig(nodes=2, policy="fifo")
+    rig.fake.add("configmaps", configmap("d", curve="2"))
+    rig.fake.add("deployments", deployment("chat", notes={
+        "gpuroster.io/demand-configmap": "d", "gpuroster.io/max-swap": "4"}))
+    rig.step()
+    assert rig.ctl.view["services"]["ns/chat"]["reservation_lead"] is None  # no record yet
+    for _ in range(3):
+        rig.advance()
+    st = rig.ctl.state
+    assert st is not None and "ns/chat" in st.service_lead
+    assert rig.ctl.view["services"]["ns/chat"]["reservation_lead"] == st.service_lead["ns/chat"]
+
+
 @pytest.mark.parametrize(("bursts", "room"), [(False, False), (True, True)],
                          ids=["history-repeats", "bursts-the-forecaster-missed"])
 def test_headroom_from_a_history_is_the_forecasters_error_replayed(bursts: bool,

@@ -598,7 +598,8 @@ def test_a_service_ahead_of_its_reservation_leaves_its_headroom_over_it_to_batch
     # No record of what it held (a controller just restarted): the headroom as before.
     fresh = planner.plan(_ahead_input([]))
     assert "long" not in fresh.starts and fresh.headroom["chat"] == unheld.headroom["chat"]
-    assert fresh.lead == {} and unheld.lead == ahead.lead  # (read with the hold off too)
+    assert fresh.lead == {"chat": None}  # read, and nothing to read it from
+    assert unheld.lead == ahead.lead  # (read with the hold off too)
 
 
 def test_headroom_that_gave_way_still_reaches_the_service_on_idle_gpus() -> None:
