@@ -667,7 +667,7 @@ class Gpuroster:
         cand = _Candidate()
         score = 0.0  # the plan's so far (cand.score once it is done)
         cum = _cumulative_weights(o.decay, W)
-        cum_a = np.asarray(cum)
+        cum_a = _cumulative_array(o.decay, W)
         full = (1 << c.gpus) - 1
         short = [0] * W  # GPUs of the services' curves given up to jobs so far, per step
         price_floor = shortable[0][0] if shortable else 0.0  # the cheapest shortfall
@@ -1195,6 +1195,15 @@ def _ordered(queue: list[_Job], order: str) -> list[_Job]:
     if order == "value-density":
         return sorted(queue, key=lambda j: (-j.q.priority * j.q.gpus, j.q.arrival_step))
     raise ValueError(f"unknown queue order {order!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _cumulative_array(decay: float, W: int) -> npt.NDArray[np.float64]:
+    """`_cumulative_weights` as a read-only array, made once (afresh it took about 6 us
+    of each pass's 160 at 8 GPUs and 15 jobs)."""
+    out = np.asarray(_cumulative_weights(decay, W))
+    out.flags.writeable = False
+    return out
 
 
 @functools.lru_cache(maxsize=64)
