@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -187,3 +188,29 @@ def test_the_shortfall_sums_price_every_start_as_the_trade_does(
             assert got is not None
             want = 3.0 * size * (cum[k + d] - cum[k]) - (costs[k + d] - costs[k])
             assert abs(got[1] - want) <= 1e-9 * max(1.0, abs(want))
+
+
+@pytest.mark.parametrize(("jobs", "passes"), [(15, 6), (100, 6), (101, 5), (150, 4), (200, 3),
+                                               (250, 2), (301, 1), (700, 1)])
+def test_a_long_queue_gets_as_many_queue_orders_as_the_pass_budget_holds(
+    jobs: int, passes: int,
+) -> None:
+    # 600 placements a plan (`Options.pass_budget`): six passes up to 100 jobs, then fewer,
+    # at least one; no job is left out of the one pass a very long queue still gets.
+    rnd = random.Random(jobs)
+    queue = tuple(model.QueuedJob(f"j{i:03d}", rnd.choice([1, 1, 2, 4]), rnd.randint(1, 30),
+                                  rnd.randint(0, 3), float(rnd.randint(1, 5)))
+                  for i in range(jobs))
+    inp = model.PlanInput(4, model.Cluster(2, 8), 24, queue, (), ())
+    planner = allocating.Gpuroster()
+    calls = []
+    place = planner._place
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("fill_now", False))
+        return place(*args, **kwargs)
+
+    planner._place = counted  # type: ignore[method-assign]
+    plan = planner.plan(inp)
+    assert len(calls) == passes
+    assert set(plan.planned_start) | set(plan.reasons) == {q.name for q in queue}
