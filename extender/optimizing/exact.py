@@ -118,7 +118,7 @@ class Full:
             self._note(inp, "skipped", "fast", None, 0.0, None, t0)
             return fast
         m = _Model(inp, o, self.fast.options if isinstance(self.fast, allocating.Gpuroster)
-                   else allocating.Options())
+                   else allocating.Options(), fast.lead)
         fast_obj = m.hint(fast)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = o.time_limit_s
@@ -178,7 +178,8 @@ def legal_starts(size: int, cluster: model.Cluster) -> list[int]:
 class _Model:
     """The CP-SAT model of one step's horizon."""
 
-    def __init__(self, inp: model.PlanInput, o: Options, fast: allocating.Options) -> None:
+    def __init__(self, inp: model.PlanInput, o: Options, fast: allocating.Options,
+                 read: dict[str, float | None] | None = None) -> None:
         self.inp = inp
         self.o = o
         c = inp.cluster
@@ -244,7 +245,13 @@ class _Model:
         # The services' demand to plan against: the fast plan's curves, headroom for the
         # recent error and the peak's timing tolerance included (the same `Options`).
         told = {v.name: servicing.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
-        rooms = allocating.service_rooms(inp, fast, told)
+        # How far each service is ahead of its static reservation's record: as the fast
+        # plan read it (once a round), else read here; the plan carries it for the gauge.
+        read = read or {}
+        self.lead = {v.name: read[v.name] if v.name in read else servicing.reservation_lead(v)
+                     for v in inp.services}
+        rooms = allocating.held_to_reservation(
+            inp, fast, told, allocating.service_rooms(inp, fast, told), self.lead)
         for v in inp.services:
             f = servicing.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
                                         room=rooms[v.name], forecast=told[v.name])
@@ -339,6 +346,7 @@ class _Model:
     def plan(self, solver: cp_model.CpSolver, fast: model.Plan) -> model.Plan:
         c = self.inp.cluster
         out = model.Plan(now=self.inp.now)
+        out.lead = dict(self.lead)
         for name, xs in self.x.items():
             if not solver.boolean_value(self.present[name]):
                 out.reasons[name] = "no room within the plan's horizon"

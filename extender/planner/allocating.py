@@ -299,12 +299,11 @@ class _Candidate:
     short: list[int] = field(default_factory=list)
 
 
-def service_rooms(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
-                  held: bool = True) -> dict[str, list[int]]:
+def service_rooms(inp: model.PlanInput, o: Options,
+                  told: dict[str, list[int]]) -> dict[str, list[int]]:
     """Per service, the GPUs over its forecast (`told`, by name) the plan holds at each
-    lead under options `o` (`servicing.service_room`), held to its static reservation
-    once it is ahead of it (`held_to_reservation`; not with `held` False): the fast
-    plan's, and full mode's too."""
+    lead under options `o` (`servicing.service_room`), before `held_to_reservation`
+    holds them to the static reservation: the fast plan's, and full mode's too."""
     spd = inp.steps_per_day
     # (At most an eighth of the horizon: a timing error is a part of the day the plan
     # sees, and the lag search stays a few dozen sums where steps are short.)
@@ -315,10 +314,7 @@ def service_rooms(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
                                        round(o.stand_in_hours * spd / 24), o.headroom_cap)
         for v in inp.services
     }
-    if not held:
-        return rooms
-    leads = {v.name: servicing.reservation_lead(v) for v in inp.services}
-    return held_to_reservation(inp, o, told, rooms, leads)
+    return rooms
 
 
 def held_to_reservation(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
@@ -373,7 +369,7 @@ class Gpuroster:
 
         # Services: their curves, and the capacity they leave for batch work.
         told = {v.name: servicing.forecast_curve(v, W, inp.steps_per_day) for v in inp.services}
-        unheld = service_rooms(inp, o, told, held=False)
+        unheld = service_rooms(inp, o, told)
         # How far each service is ahead of its static reservation's record: once, for the
         # hold and for the plan (the controller's gauge reads it there).
         leads = {v.name: servicing.reservation_lead(v) for v in inp.services}

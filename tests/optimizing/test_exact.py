@@ -20,6 +20,7 @@ from extender.planner import (
 )
 from tests.builders import scenario
 from tests.optimizing.test_bound import HAND, fragmentation
+from tests.planner.test_headroom import _ahead_input
 
 
 def run(s: model.Scenario, policy: policies.Policy) -> metrics.Metrics:
@@ -86,6 +87,16 @@ def test_running_jobs_and_services_are_respected() -> None:
     plain = {"stand_in_hours": 0.0}
     assert (run(s, exact.Full(time_limit_s=2.0, fast_options=plain)).value
             >= run(s, policies.create("gpuroster", **plain)).value)
+
+
+def test_a_full_mode_plan_carries_the_lead_the_fast_plan_read() -> None:
+    # The service held its forecast of 2 at both spikes of 6: 4 GPU-steps behind its
+    # reservation of 4 over 32. Its own plan (the job waits for the headroom), not the
+    # fast one, still says so, for the page and the gauge.
+    full = exact.Full(time_limit_s=2.0)
+    p = full.plan(_ahead_input([2] * 12))
+    assert full.stats[-1].used == "cp-sat"  # (the premise)
+    assert p.lead == {"chat": pytest.approx(-4 / 32)}
 
 
 def test_falls_back_to_the_fast_plan_without_time() -> None:
