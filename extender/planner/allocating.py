@@ -164,14 +164,15 @@ class Options:
     reservation_lead: float | None = 0.01
     reserve_factor: float = 2.0  # reservations reach this many horizons ahead
     # Job placements a plan's passes (queue orders and modes) may take together: a queue
-    # of q jobs gets the first budget // q of them, at least one. Before 2026-12-07 every
-    # pass up to 200 jobs and one past it: the deep queue's slowest re-plans were six
-    # passes over 150-200 jobs. With 600 (three or four passes there, two up to 300
-    # jobs), interleaved on this VM: the deep queue's p99 16.7-20.0 -> 10.0-11.6 ms, the
-    # starved one's 28.7-33.9 -> 12.2-15.2 ms; value of the deep case -0.01%, the starved
-    # +0.7%, 36 generated runs of 32-128 GPUs with queues of 222-617 jobs +0.25% (each
-    # -1.9% to +2.6%). Shorter queues do not move: the seven files' grids and 160
-    # wrong-forecast instances hash the same (docs/benchmarks.md#plan-time).
+    # of q jobs gets the first budget // q of the passes that differ (identical orders
+    # merged), at least one. Before 2026-12-07 every pass up to 200 jobs and one past
+    # it: the deep queue's slowest re-plans were six passes over 150-200 jobs. With 600
+    # (three or four passes there, two up to 300 jobs), interleaved on this VM: the deep
+    # queue's p99 16.7-20.0 -> 10.0-11.6 ms, the starved one's 28.7-33.9 -> 12.2-15.2 ms;
+    # value of the deep case -0.01%, the starved +0.7%, 36 generated runs of 32-128 GPUs
+    # with queues of 222-617 jobs +0.25% (each -1.9% to +2.6%). Shorter queues do not
+    # move: the seven files' grids and 160 wrong-forecast instances hash the same
+    # (docs/benchmarks.md#plan-time).
     pass_budget: int = 600
     migrate_steps: int = 12  # services move off blocks planned to start this soon
     overrun_guard: int = 1  # steps a running job may outlast its estimate, for services' room
@@ -417,8 +418,6 @@ class Gpuroster:
         shrunk = servicing.locks(inp, curves, R, shrink=True) if drain else locked
         if trade_first:
             passes.append(("priority", "trade-first"))
-        if len(queue) * len(passes) > o.pass_budget:
-            passes = passes[:max(1, o.pass_budget // len(queue))]
         # Every job starting now is the most any order can score: once an order
         # reaches that, the others cannot win.
         cum = _cumulative_weights(o.decay, W)
@@ -451,7 +450,12 @@ class Gpuroster:
         orders: dict[str, list[_Job]] = {}  # (the modes' passes share "priority")
         first = [jobs[q.name] for q in starving]
         others = [jobs[q.name] for q in rest]
+        # The budget goes to the passes that differ (orders that come out the same merge
+        # here), in the listed order; the orders past it are not sorted.
+        budget = max(1, o.pass_budget // max(1, len(queue)))
         for i, (order, mode) in enumerate(passes):
+            if len(queues) == budget:
+                break
             if order not in orders:
                 orders[order] = first + _ordered(others, order)
             key = (mode, *map(_NAME, orders[order]))

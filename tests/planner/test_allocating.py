@@ -214,3 +214,21 @@ def test_a_long_queue_gets_as_many_queue_orders_as_the_pass_budget_holds(
     plan = planner.plan(inp)
     assert len(calls) == passes
     assert set(plan.planned_start) | set(plan.reasons) == {q.name for q in queue}
+
+
+def test_the_pass_budget_goes_to_orders_that_differ() -> None:
+    # 150 one-GPU jobs of one priority: "priority-size" is "priority" over again. The
+    # four passes the budget holds at 150 jobs are four different ones, not three.
+    queue = tuple(model.QueuedJob(f"j{i:03d}", 1, 1 + i % 29, 0, 1.0) for i in range(150))
+    inp = model.PlanInput(0, model.Cluster(1, 8), 24, queue, (), ())
+    planner = allocating.Gpuroster()
+    seen: list[tuple[str, ...]] = []
+    place = planner._place
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen.append((str(kwargs.get("fill_now")), *(j.name for j in args[1])))
+        return place(*args, **kwargs)
+
+    planner._place = counted  # type: ignore[method-assign]
+    planner.plan(inp)
+    assert len(seen) == 600 // 150 == len(set(seen))
