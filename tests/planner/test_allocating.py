@@ -217,8 +217,9 @@ def test_a_long_queue_gets_as_many_queue_orders_as_the_pass_budget_holds(
 
 
 def test_the_pass_budget_goes_to_orders_that_differ() -> None:
-    # 150 one-GPU jobs of one priority: "priority-size" is "priority" over again. The
-    # four passes the budget holds at 150 jobs are four different ones, not three.
+    # 150 one-GPU jobs of one priority: "priority-size" is "priority" over again, and
+    # "reach" is "priority-long". The four passes the budget holds at 150 jobs are four
+    # different ones, not two.
     queue = tuple(model.QueuedJob(f"j{i:03d}", 1, 1 + i % 29, 0, 1.0) for i in range(150))
     inp = model.PlanInput(0, model.Cluster(1, 8), 24, queue, (), ())
     planner = allocating.Gpuroster()
