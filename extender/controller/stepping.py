@@ -251,9 +251,7 @@ class Controller:
         # How far each service is ahead of its static reservation's record, once: the
         # policy's own reading where it took one (gpuroster's hold), else read here, for
         # the plan page and the gauge alike.
-        for v in inp.services:
-            if v.name not in plan.lead:
-                plan.lead[v.name] = servicing.reservation_lead(v)
+        plan.lead.update(servicing.reservation_leads(inp.services, plan.lead))
         # The plan page shows what is being committed, before the writes go out.
         self.view = planview.build(snap, plan, inp, step, self.time_of(step),
                                    self.settings.step_seconds, took,

@@ -247,9 +247,7 @@ class _Model:
         told = {v.name: servicing.forecast_curve(v, H, inp.steps_per_day) for v in inp.services}
         # How far each service is ahead of its static reservation's record: as the fast
         # plan read it (once a round), else read here; the plan carries it for the gauge.
-        read = read or {}
-        self.lead = {v.name: read[v.name] if v.name in read else servicing.reservation_lead(v)
-                     for v in inp.services}
+        self.lead = servicing.reservation_leads(inp.services, read)
         rooms = allocating.held_to_reservation(
             inp, fast, told, allocating.service_rooms(inp, fast, told), self.lead)
         for v in inp.services:

@@ -373,7 +373,7 @@ class Gpuroster:
         unheld = service_rooms(inp, o, told)
         # How far each service is ahead of its static reservation's record: once, for the
         # hold and for the plan (the controller's gauge reads it there).
-        leads = {v.name: servicing.reservation_lead(v) for v in inp.services}
+        leads = servicing.reservation_leads(inp.services)
         rooms = held_to_reservation(inp, o, told, unheld, leads)
         # Where a service's headroom gave way to batch work, what it would have held: its
         # spare replicas on idle GPUs may reach that.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from extender.planner import blocks, headroom, model, scaling
 
@@ -269,6 +269,14 @@ def reservation_lead(v: model.ServiceState) -> float | None:
               if x > y)
     static = sum(x - r for x in d if x > r)
     return (static - own) / total
+
+
+def reservation_leads(services: Sequence[model.ServiceState],
+                      read: Mapping[str, float | None] | None = None) -> dict[str, float | None]:
+    """Every service's `reservation_lead`, by name: as `read` already has it (a plan that
+    read it once this round), else read now."""
+    read = read or {}
+    return {v.name: read[v.name] if v.name in read else reservation_lead(v) for v in services}
 
 
 def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: list[int],

@@ -540,6 +540,14 @@ def test_the_lead_over_a_static_reservation_is_its_shortfall_less_the_services()
         assert servicing.reservation_lead(none) is None
 
 
+def test_the_leads_read_once_are_kept_and_the_rest_read() -> None:
+    ahead = _recorded([2, 6, 2, 6, 2, 2], [2, 6, 2, 5, 2, 2])  # 3 of 20 ahead
+    other = replace(ahead, name="batch-chat")
+    leads = servicing.reservation_leads((ahead, other), {"chat": -1.0})
+    assert leads == {"chat": -1.0, "batch-chat": pytest.approx(3 / 20)}
+    assert servicing.reservation_leads((ahead,)) == {"chat": pytest.approx(3 / 20)}
+
+
 def _held(v: model.ServiceState, forecast: list[int], room: list[int], lead: float,
           window: int) -> list[int]:
     return servicing.held_to_reservation(v, forecast, room, lead, window,
