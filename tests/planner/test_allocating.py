@@ -233,3 +233,40 @@ def test_the_pass_budget_goes_to_orders_that_differ() -> None:
     planner._place = counted  # type: ignore[method-assign]
     planner.plan(inp)
     assert len(seen) == 600 // 150 == len(set(seen))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_fill_now_pass_stopped_as_the_priority_pass_twin_would_end_as_that_pass(
+        seed: int) -> None:
+    # Where the fill-now pass stops after its first phase (`_TWIN`), run it in full, and
+    # the plain priority pass too, neither held to a bound: both place every job alike.
+    # Every re-plan of generated runs with services, queues of 8-60 jobs, estimates off.
+    from extender.planner import generator, simulating
+
+    planner = allocating.Gpuroster()
+    place = planner._place
+    plain: list[tuple[Any, list[Any]]] = []  # (frame, order) of the last priority pass
+    twins = 0
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        nonlocal twins
+        frame, ordered = args[0], args[1]
+        if kwargs.get("lead") is not None:
+            plain[:] = [(frame, ordered)]
+        out = place(*args, **kwargs)
+        if out is allocating._TWIN:
+            twins += 1
+            assert plain and plain[0][0] is frame and plain[0][1] is ordered
+            full = place(frame, ordered, -float("inf"), fill_now=True)
+            alone = place(frame, ordered, -float("inf"))
+            assert full is not None and alone is not None
+            assert (full.placed, full.score, full.short) == (alone.placed, alone.score,
+                                                             alone.short)
+        return out
+
+    planner._place = checked  # type: ignore[method-assign]
+    gpus, jobs = ((8, 15), (8, 40), (16, 30), (32, 60), (64, 30), (16, 60))[seed]
+    s = generator.generate(gpus, jobs, 300 + seed, mix="trace" if seed % 2 else "philly",
+                           burst=0.5, estimate_error=0.3, duration_steps=36)
+    simulating.simulate(s, planner)
+    assert twins  # (the premise: the shortcut was taken)
