@@ -197,8 +197,8 @@ def headroom_last(inp: model.PlanInput, used_now: int, targets: dict[str, int],
 def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                    shrink: bool = False) -> list[int]:
     """GPUs the services still hold at steps now .. now+R: at step now a service can give
-    up only so many of its GPUs; later it moves off its lowest ones at the pace its swap
-    cap allows. A block may only be planned where the services will have left by then.
+    up only so many of its GPUs; later it moves off them (in `_release_order`) at the
+    pace its swap cap allows. A block may only be planned where the services will have left by then.
     With `shrink`, a trade takes their GPUs instead: they go down towards none, one GPU of
     swap a GPU given up."""
     locked = [0] * (R + 1)
@@ -212,7 +212,7 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                         scaling.releasable(v.current_gpus, want, cap))
         pace = (len(v.current_gpus) if cap is None
                 else max(0, v.max_swap if shrink else v.max_swap // 2))
-        ascending = sorted(v.current_gpus)
+        ascending = _release_order(v.current_gpus, inp.cluster.gpus_per_node)
         n = len(ascending)
         curve = curves[v.name]
         low = n - first  # the fewest of them it holds at a step so far, as its curve falls
@@ -226,6 +226,19 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                 break
             locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
     return locked
+
+
+def _release_order(gpus: frozenset[int], per_node: int) -> list[int]:
+    """A service's GPUs in the order `locks` lets them go: those on the nodes where it
+    holds the fewest first, the lowest first among those. A replica or two left on a
+    node is what keeps a whole-node block from being planned there; taken lowest first
+    overall, a service on two nodes kept its GPUs on the higher one longest, a gang
+    planned there slipped a step at every re-plan, and spare replicas that went back to
+    those GPUs each step held an 8-GPU job off for 30 steps (wrong-noise-16g-s2514)."""
+    count: dict[int, int] = {}
+    for g in gpus:
+        count[g // per_node] = count.get(g // per_node, 0) + 1
+    return sorted(gpus, key=lambda g: (count[g // per_node], g))
 
 
 def node_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[int]],

@@ -270,3 +270,21 @@ def test_a_fill_now_pass_stopped_as_the_priority_pass_twin_would_end_as_that_pas
                            burst=0.5, estimate_error=0.3, duration_steps=36)
     simulating.simulate(s, planner)
     assert twins  # (the premise: the shortcut was taken)
+
+
+def test_a_service_gives_up_its_gpus_on_the_node_where_it_holds_fewest_first() -> None:
+    # Two nodes of 8. A 1-GPU job holds GPU 0 on node 0 all day; the service (curve 5,
+    # swap cap 7) holds five GPUs on node 0 and three (the highest) on node 1. Its three
+    # over the curve go first, and they are node 1's: the 8-GPU job starts there now.
+    # Taken lowest first, node 0's went and node 1 stayed held, the job planned two steps
+    # ahead, and at the next step the same again (a spare replica back on node 1).
+    running = (model.RunningJob("long", 1, model.Block(0, 1), 0, 48, 1.0),)
+    queued = (model.QueuedJob("gang", 8, 4, 5, 3.0),)
+    held = frozenset({2, 3, 4, 5, 7, 13, 14, 15})
+    chat = model.ServiceState("chat", 6.0, 7, (5,) * 48, past_demand=(5,) * 10,
+                              past_forecast=(5,) * 10, current_gpus=held)
+    inp = model.PlanInput(10, model.Cluster(2, 8), 24, queued, running, (chat,))
+    plan = allocating.Gpuroster().plan(inp)
+    assert plan.starts == {"gang": model.Block(8, 8)}
+    assert plan.service_gpus["chat"] <= frozenset(range(8))
+    assert len(plan.service_gpus["chat"]) == 5
