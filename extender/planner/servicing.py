@@ -198,9 +198,9 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                    shrink: bool = False) -> list[int]:
     """GPUs the services still hold at steps now .. now+R: at step now a service can give
     up only so many of its GPUs; later it moves off them (in `_release_order`) at the
-    pace its swap cap allows. A block may only be planned where the services will have left by then.
-    With `shrink`, a trade takes their GPUs instead: they go down towards none, one GPU of
-    swap a GPU given up."""
+    pace its swap cap allows. A block may only be planned where the services will have
+    left by then. With `shrink`, a trade takes their GPUs instead: they go down towards
+    none, one GPU of swap a GPU given up."""
     locked = [0] * (R + 1)
     for v in inp.services:
         want = curves[v.name][0]
@@ -212,8 +212,8 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                         scaling.releasable(v.current_gpus, want, cap))
         pace = (len(v.current_gpus) if cap is None
                 else max(0, v.max_swap if shrink else v.max_swap // 2))
-        ascending = _release_order(v.current_gpus, inp.cluster.gpus_per_node)
-        n = len(ascending)
+        order = _release_order(v.current_gpus, inp.cluster.gpus_per_node)
+        n = len(order)
         curve = curves[v.name]
         low = n - first  # the fewest of them it holds at a step so far, as its curve falls
         for k in range(R + 1):
@@ -224,7 +224,7 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
             gone = min(n, max(first + k * pace, n - low))
             if gone == n:
                 break
-            locked[k] |= blocks.mask_of(frozenset(ascending[gone:]))
+            locked[k] |= blocks.mask_of(frozenset(order[gone:]))
     return locked
 
 
@@ -234,7 +234,8 @@ def _release_order(gpus: frozenset[int], per_node: int) -> list[int]:
     node is what keeps a whole-node block from being planned there; taken lowest first
     overall, a service on two nodes kept its GPUs on the higher one longest, a gang
     planned there slipped a step at every re-plan, and spare replicas that went back to
-    those GPUs each step held an 8-GPU job off for 30 steps (wrong-noise-16g-s2514)."""
+    those GPUs each step kept two 8-GPU jobs off for the run's last 28 steps
+    (wrong-noise-16g-s2514)."""
     count: dict[int, int] = {}
     for g in gpus:
         count[g // per_node] = count.get(g // per_node, 0) + 1
