@@ -655,6 +655,8 @@ class Gpuroster:
             spare = scaling.spare(gpus, room, idle & ~soon & v.allowed(c), v.unit,
                                   c.gpus_per_node, v.most_per_node)
             if spare:
+                spare = _leaving_in_time(v, gpus, spare, curve, wanted, c.gpus_per_node)
+            if spare:
                 plan.service_gpus[v.name] = gpus | spare
                 plan.spare[v.name] = len(spare)
                 idle &= ~blocks.mask_of(spare)
@@ -987,6 +989,31 @@ class Gpuroster:
             lead.whole = True
         cand.score = score
         return cand
+
+
+def _leaving_in_time(v: model.ServiceState, gpus: frozenset[int], spare: frozenset[int],
+                     curve: list[int], wanted: list[int], per_node: int) -> frozenset[int]:
+    """`spare` less the GPUs the next re-plan would count the service on holding still (it
+    holds them then) at a step a job is planned on them from (`wanted[k]`: the blocks
+    planned k + 1 steps from now, lead k of the next re-plan): such a spare makes that job's
+    start slip a step, and at the next step the spares go back there again (a 4-GPU job
+    slipped 16 steps in a row so). With replicas of several GPUs, all of a node's spares go
+    where one of them would be late."""
+    reach = min(len(wanted), len(curve) - 1) - 1
+    while spare and reach > 0:
+        ahead = servicing.held_ahead(v, gpus | spare, curve[1:], False, per_node, reach)
+        late = 0
+        for k, m in enumerate(ahead):
+            late |= m & wanted[k]
+        late &= blocks.mask_of(spare)
+        if not late:
+            break
+        if v.unit > 1:
+            nodes = {g // per_node for g in blocks.bits(late)}
+            spare = frozenset(g for g in spare if g // per_node not in nodes)
+        else:
+            spare = spare - frozenset(blocks.bits(late))
+    return spare
 
 
 def _packed(room: list[int], more: int = 0) -> bytearray | None:

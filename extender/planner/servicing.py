@@ -203,29 +203,38 @@ def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
     none, one GPU of swap a GPU given up."""
     locked = [0] * (R + 1)
     for v in inp.services:
-        want = curves[v.name][0]
-        cap = None if inp.now == 0 else v.max_swap + v.lost
-        if shrink:  # giving GPUs up, acquiring none: one GPU of swap each
-            first = len(v.current_gpus) if cap is None else min(len(v.current_gpus), cap)
-        else:
-            first = min(max(0, len(v.current_gpus) - want),
-                        scaling.releasable(v.current_gpus, want, cap))
-        pace = (len(v.current_gpus) if cap is None
-                else max(0, v.max_swap if shrink else v.max_swap // 2))
-        order = _release_order(v.current_gpus, inp.cluster.gpus_per_node)
-        n = len(order)
-        curve = curves[v.name]
-        low = n - first  # the fewest of them it holds at a step so far, as its curve falls
-        for k in range(R + 1):
-            if k and not shrink:
-                # Where its curve falls it sheds them, its lowest first, at its swap cap
-                # a step; growing back, it keeps off the blocks planned to start soon.
-                low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
-            gone = min(n, max(first + k * pace, n - low))
-            if gone == n:
-                break
-            locked[k] |= blocks.mask_of(frozenset(order[gone:]))
+        for k, m in enumerate(held_ahead(v, v.current_gpus, curves[v.name], inp.now == 0,
+                                         inp.cluster.gpus_per_node, R, shrink)):
+            locked[k] |= m
     return locked
+
+
+def held_ahead(v: model.ServiceState, held: frozenset[int], curve: Sequence[int], first_step: bool,
+               per_node: int, R: int, shrink: bool = False) -> list[int]:
+    """The GPUs of `held` that `locks` counts `v` on holding still at each step from the
+    step `curve` starts at (the curve of the GPUs it wants from there), up to R steps on
+    (fewer where it holds none of them any more); `first_step`: no swap cap applies."""
+    want = curve[0]
+    cap = None if first_step else v.max_swap + v.lost
+    if shrink:  # giving GPUs up, acquiring none: one GPU of swap each
+        first = len(held) if cap is None else min(len(held), cap)
+    else:
+        first = min(max(0, len(held) - want), scaling.releasable(held, want, cap))
+    pace = len(held) if cap is None else max(0, v.max_swap if shrink else v.max_swap // 2)
+    order = _release_order(held, per_node)
+    n = len(order)
+    low = n - first  # the fewest of them it holds at a step so far, as its curve falls
+    out = []
+    for k in range(R + 1):
+        if k and not shrink:
+            # Where its curve falls it sheds them, its lowest first, at its swap cap
+            # a step; growing back, it keeps off the blocks planned to start soon.
+            low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
+        gone = min(n, max(first + k * pace, n - low))
+        if gone == n:
+            break
+        out.append(blocks.mask_of(frozenset(order[gone:])))
+    return out
 
 
 def _release_order(gpus: frozenset[int], per_node: int) -> list[int]:
