@@ -227,7 +227,7 @@ def held_ahead(v: model.ServiceState, held: frozenset[int], curve: Sequence[int]
     out = []
     for k in range(R + 1):
         if k and not shrink:
-            # Where its curve falls it sheds them, its lowest first, at its swap cap
+            # Where its curve falls it sheds them, in `_release_order`, at its swap cap
             # a step; growing back, it keeps off the blocks planned to start soon.
             low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
         gone = min(n, max(first + k * pace, n - low))
