@@ -186,7 +186,7 @@ class Options:
         "priority", "priority-size", "reach", "priority-long", "priority-short")
     # One more pass in priority order that first starts every job that fits now. Where
     # that first phase starts now just the jobs the plain "priority" pass started now
-    # before any it did not, it is that pass from there on and stops (`_Lead`): at 8 GPUs
+    # before any it did not, it is that pass from there on and stops (`_Opening`): at 8 GPUs
     # and 15 jobs, most re-plans (8-9% of their time; same plans).
     fill_now: bool = True
     # One more when some job fits nowhere beside the services' curve: its trade first.
@@ -294,7 +294,7 @@ class _Sheet(NamedTuple):
 
 
 @dataclass
-class _Lead:
+class _Opening:
     """The jobs a plain pass started now beside the services' curve, in queue order, before
     the first job it did not (`names`); `whole` once that job came or every job was looked
     at (a pass the bound dropped before may have started more)."""
@@ -314,7 +314,7 @@ class _Candidate:
 
 
 # What `Gpuroster._place` returns for a fill-now pass whose first phase started now exactly
-# the jobs of a plain pass's `_Lead` in the same order: from there on it is that pass.
+# the jobs of a plain pass's `_Opening` in the same order: from there on it is that pass.
 _TWIN = _Candidate()
 
 
@@ -490,12 +490,12 @@ class Gpuroster:
         best_at = len(passes)
 
         def place(ordered: list[_Job], mode: str, sooner: bool = False,
-                  met: list[bool] | None = None, lead: _Lead | None = None,
-                  twin_of: _Lead | None = None) -> _Candidate | None:
+                  met: list[bool] | None = None, opening: _Opening | None = None,
+                  twin_of: _Opening | None = None) -> _Candidate | None:
             """One pass of a queue order in its mode, to beat the best plan so far."""
             return self._place(frame, ordered, best.score, fill_now=mode == "fill-now",
                                trade_first=trade_first if mode == "trade-first" else None,
-                               sooner=sooner, met=met, lead=lead, twin_of=twin_of)
+                               sooner=sooner, met=met, opening=opening, twin_of=twin_of)
 
         again: list[tuple[list[_Job], str]] = []
         # The fill-now pass goes in priority order, as the plain pass "priority" does: when
@@ -503,17 +503,18 @@ class Gpuroster:
         # not, it is that pass from there on, and cannot beat it (which comes first). So
         # that pass notes them, and where it met no trade to start sooner (the fill-now
         # pass would then meet none either), the other stops there.
-        lead: _Lead | None = None
+        opening: _Opening | None = None
         for i, ordered, mode in queues:
             if best.score >= ceiling and best_at < i:
                 continue  # nothing scores more, and an earlier pass holds the tie
             met: list[bool] = []  # whether a trade to start sooner would pay
-            noted = _Lead() if mode == "" and ordered is orders.get("priority") else None
-            twin_of = lead if mode == "fill-now" and lead is not None and lead.whole else None
+            noted = _Opening() if mode == "" and ordered is orders.get("priority") else None
+            twin_of = (opening if mode == "fill-now" and opening is not None and opening.whole
+                       else None)
             cand = place(ordered, mode, met=met if o.trade_sooner and shortable else None,
-                         lead=noted, twin_of=twin_of)
+                         opening=noted, twin_of=twin_of)
             if noted is not None and not met:
-                lead = noted
+                opening = noted
             if cand is _TWIN:
                 continue
             if cand is not None and (cand.score > best.score
@@ -672,8 +673,8 @@ class Gpuroster:
         trade_first: list[str] | None = None,
         sooner: bool = False,
         met: list[bool] | None = None,
-        lead: _Lead | None = None,
-        twin_of: _Lead | None = None,
+        opening: _Opening | None = None,
+        twin_of: _Opening | None = None,
     ) -> _Candidate | None:
         """One queue order's plan, or None once it cannot score more than `beat`.
 
@@ -685,7 +686,7 @@ class Gpuroster:
         over it instead with `sooner`, when that is worth more net of the shortfall;
         without, such a trade is only noted, by appending to `met` (once).
 
-        A plain pass notes in `lead` the jobs it started now before any it did not. A
+        A plain pass notes in `opening` the jobs it started now before any it did not. A
         fill-now pass given such a note of the same order (`twin_of`) returns `_TWIN` once
         its first phase started exactly those: it is then where that pass was after them,
         and places every job after as that pass did.
@@ -806,7 +807,7 @@ class Gpuroster:
             # fit now push them back a step.
             passes.insert(0, ([j for j in queue if j.name in starving], R, True))
         done: set[str] = set()
-        noting = lead  # while set, every job looked at so far started now: noted in it
+        noting = opening  # while set, every job looked at so far started now: noted in it
         for phase, (jobs, limit, trading) in enumerate(passes):
             final = phase == len(passes) - 1
             placed_before = len(placed_jobs)
@@ -985,8 +986,8 @@ class Gpuroster:
                     and len(placed_jobs) - placed_before == len(twin_of.names)
                     and [p[0] for p in placed_jobs[placed_before:]] == twin_of.names):
                 return _TWIN
-        if lead is not None:
-            lead.whole = True
+        if opening is not None:
+            opening.whole = True
         cand.score = score
         return cand
 

@@ -252,7 +252,7 @@ def test_a_fill_now_pass_stopped_as_the_priority_pass_twin_would_end_as_that_pas
     def checked(*args: Any, **kwargs: Any) -> Any:
         nonlocal twins
         frame, ordered = args[0], args[1]
-        if kwargs.get("lead") is not None:
+        if kwargs.get("opening") is not None:
             plain[:] = [(frame, ordered)]
         out = place(*args, **kwargs)
         if out is allocating._TWIN:
