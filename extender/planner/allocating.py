@@ -611,7 +611,7 @@ class Gpuroster:
             cap = None if now == 0 else v.max_swap + v.lost
             gpus = scaling.assign(
                 v.current_gpus, targets[v.name], (idle | own) & v.allowed(c), cap,
-                tuple(wanted), v.unit, c.gpus_per_node, v.most_per_node,
+                tuple(wanted), v.unit, c.gpus_per_node, v.most_per_node, thin_first=True,
             )
             plan.service_gpus[v.name] = gpus
             # What it gave back (shed, or moved off a planned block) is free for the
@@ -631,7 +631,7 @@ class Gpuroster:
             more = scaling.assign(
                 v.current_gpus, targets[v.name], free | blocks.mask_of(gpus),
                 None if now == 0 else v.max_swap + v.lost, tuple(wanted), v.unit,
-                c.gpus_per_node, v.most_per_node,
+                c.gpus_per_node, v.most_per_node, thin_first=True,
             )
             if len(more) > len(gpus):
                 plan.service_gpus[v.name] = more

@@ -2,7 +2,9 @@
 
 Services are elastic: any GPUs will do. To keep the free pool in shapes that
 batch blocks can use, a service keeps what it has, grows into the highest
-free GPUs and gives back its lowest ones (jobs pack from the bottom).
+free GPUs and gives back its lowest ones (jobs pack from the bottom), or with
+`thin_first` (gpuroster's) those on the node where it holds fewest first, so
+that whole nodes free sooner and the plan's locks (`release_order`) hold.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def assign(
     unit: int = 1,
     per_node: int = 0,
     most: int = 0,
+    thin_first: bool = False,
 ) -> frozenset[int]:
     """The set for this step: as close to `target` GPUs as the swap cap allows.
 
@@ -63,11 +66,13 @@ def assign(
     plan that put it there, which counted on the service moving, holds.
     With `unit` > 1 (GPUs per replica, nodes of `per_node` GPUs) the set holds
     whole replicas: a multiple of `unit` GPUs on every node, and with `most` at
-    most that many GPUs on any node (`_assign_units`).
+    most that many GPUs on any node (`_assign_units`). Shrinking, it gives back
+    first the GPUs planned jobs want, then (`thin_first`, nodes of `per_node` GPUs)
+    in `release_order`, else the lowest first.
     """
     if unit > 1 or most:
         return _assign_units(current, target, free, max_swap, wanted, unit, per_node,
-                             most or per_node)
+                             most or per_node, thin_first)
     avoid = 0
     for w in wanted:
         avoid |= w
@@ -79,7 +84,9 @@ def assign(
     if target < have:
         drop = min(have - target, max(budget, 0))
         budget -= drop
-        for g in list(blocks.bits(keep_mask & avoid)) + list(blocks.bits(keep_mask & ~avoid)):
+        order = (release_order(blocks.set_of(keep_mask), per_node) if thin_first
+                 else list(blocks.bits(keep_mask)))
+        for g in list(blocks.bits(keep_mask & avoid)) + [g for g in order if not avoid >> g & 1]:
             if drop == 0:
                 break
             keep_mask &= ~(1 << g)
@@ -116,13 +123,14 @@ def assign(
 
 def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int | None,
                   wanted: tuple[int, ...], unit: int, per_node: int,
-                  most: int) -> frozenset[int]:
+                  most: int, thin_first: bool = False) -> frozenset[int]:
     """`assign` for replicas of `unit` GPUs, each inside one node, at most `most` GPUs
     (whole replicas) on a node.
 
     The same preferences as one GPU at a time, in whole replicas: keep what it
     has, grow into the highest free nodes with room for a replica, give back
-    replicas on nodes planned jobs want (else the lowest), and move off planned
+    replicas on nodes planned jobs want (else the lowest, or with `thin_first` where it
+    holds fewest), and move off planned
     blocks within the node, or a whole replica to another node when budget allows.
     GPUs a node holds beyond a multiple of `unit`, or beyond `most`, host no
     replica: they go first, as far as the cap allows.
@@ -172,7 +180,8 @@ def _assign_units(current: frozenset[int], target: int, free: int, max_swap: int
         mine = held()
         for _ in range(min(have - goal, max(budget, 0)) // unit):
             node = max((n for n in mine if keep & n),
-                       key=lambda n: ((keep & n & avoid).bit_count(), -n))
+                       key=lambda n: ((keep & n & avoid).bit_count(),
+                                      -(keep & n).bit_count() if thin_first else 0, -n))
             shed(node, unit)
             budget -= unit
     elif goal > have:
@@ -228,6 +237,20 @@ def _wanted_last(candidates: int, wanted: tuple[int, ...]) -> int:
         if candidates & here:
             return candidates & here
     return 0
+
+
+def release_order(gpus: frozenset[int], per_node: int) -> list[int]:
+    """A service's GPUs in the order it lets them go (`assign`, and the plan's locks,
+    `servicing.held_ahead`, which count on it): those on the nodes where it holds the
+    fewest first, the lowest first among those. A replica or two left on a node is what
+    keeps a whole-node block from being planned there; taken lowest first overall, a
+    service on two nodes kept its GPUs on the higher one longest, a gang planned there
+    slipped a step at every re-plan, and spare replicas that went back to those GPUs each
+    step kept two 8-GPU jobs off for the run's last 28 steps (wrong-noise-16g-s2514)."""
+    count: dict[int, int] = {}
+    for g in gpus:
+        count[g // per_node] = count.get(g // per_node, 0) + 1
+    return sorted(gpus, key=lambda g: (count[g // per_node], g))
 
 
 def releasable(current: frozenset[int], target: int, max_swap: int | None) -> int:

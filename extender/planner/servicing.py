@@ -197,7 +197,7 @@ def headroom_last(inp: model.PlanInput, used_now: int, targets: dict[str, int],
 def locks(inp: model.PlanInput, curves: dict[str, list[int]], R: int,
                    shrink: bool = False) -> list[int]:
     """GPUs the services still hold at steps now .. now+R: at step now a service can give
-    up only so many of its GPUs; later it moves off them (in `_release_order`) at the
+    up only so many of its GPUs; later it moves off them (in `scaling.release_order`) at the
     pace its swap cap allows. A block may only be planned where the services will have
     left by then. With `shrink`, a trade takes their GPUs instead: they go down towards
     none, one GPU of swap a GPU given up."""
@@ -221,13 +221,13 @@ def held_ahead(v: model.ServiceState, held: frozenset[int], curve: Sequence[int]
     else:
         first = min(max(0, len(held) - want), scaling.releasable(held, want, cap))
     pace = len(held) if cap is None else max(0, v.max_swap if shrink else v.max_swap // 2)
-    order = _release_order(held, per_node)
+    order = scaling.release_order(held, per_node)
     n = len(order)
     low = n - first  # the fewest of them it holds at a step so far, as its curve falls
     out = []
     for k in range(R + 1):
         if k and not shrink:
-            # Where its curve falls it sheds them, in `_release_order`, at its swap cap
+            # Where its curve falls it sheds them, in `scaling.release_order`, at its swap cap
             # a step; growing back, it keeps off the blocks planned to start soon.
             low = min(low, max(curve[k], 0 if cap is None else n - first - v.max_swap * k))
         gone = min(n, max(first + k * pace, n - low))
@@ -235,20 +235,6 @@ def held_ahead(v: model.ServiceState, held: frozenset[int], curve: Sequence[int]
             break
         out.append(blocks.mask_of(frozenset(order[gone:])))
     return out
-
-
-def _release_order(gpus: frozenset[int], per_node: int) -> list[int]:
-    """A service's GPUs in the order `locks` lets them go: those on the nodes where it
-    holds the fewest first, the lowest first among those. A replica or two left on a
-    node is what keeps a whole-node block from being planned there; taken lowest first
-    overall, a service on two nodes kept its GPUs on the higher one longest, a gang
-    planned there slipped a step at every re-plan, and spare replicas that went back to
-    those GPUs each step kept two 8-GPU jobs off for the run's last 28 steps
-    (wrong-noise-16g-s2514)."""
-    count: dict[int, int] = {}
-    for g in gpus:
-        count[g // per_node] = count.get(g // per_node, 0) + 1
-    return sorted(gpus, key=lambda g: (count[g // per_node], g))
 
 
 def node_rooms(services: tuple[model.ServiceState, ...], curves: dict[str, list[int]],

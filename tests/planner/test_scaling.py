@@ -50,6 +50,26 @@ def test_assign(
     assert len(got ^ frozenset(current)) <= cap
 
 
+def test_a_service_sheds_first_on_the_node_where_it_holds_fewest_when_told() -> None:
+    # Three GPUs on node 0, two on node 1: node 1 goes first, whole (lowest first overall
+    # would have kept it, and a whole-node block planned there would wait).
+    got = scaling.assign(frozenset({1, 2, 3, 6, 7}), 3, m(1, 2, 3, 6, 7), 2, (), per_node=4,
+                         thin_first=True)
+    assert got == frozenset({1, 2, 3})
+    assert scaling.release_order(frozenset({1, 2, 3, 6, 7}), 4) == [6, 7, 1, 2, 3]
+    # GPUs planned jobs want still go first, wherever they are.
+    got = scaling.assign(frozenset({1, 2, 3, 6, 7}), 3, m(1, 2, 3, 6, 7), 2, (m(2),),
+                         per_node=4, thin_first=True)
+    assert got == frozenset({1, 3, 7})
+    # Whole replicas alike: two on node 0, one on node 1, which goes.
+    got = scaling.assign(frozenset({0, 1, 2, 3, 6, 7}), 4, m(0, 1, 2, 3, 6, 7), 2, (),
+                         unit=2, per_node=4, thin_first=True)
+    assert got == frozenset({0, 1, 2, 3})
+    # Without (the peers' services), the lowest first, as before.
+    assert scaling.assign(frozenset({1, 2, 3, 6, 7}), 3, m(1, 2, 3, 6, 7), 2, (),
+                          per_node=4) == frozenset({3, 6, 7})
+
+
 def test_releasable_is_what_the_cap_allows() -> None:
     assert scaling.releasable(frozenset({1, 2, 3}), 3, None) == 3
     assert scaling.releasable(frozenset({1, 2, 3}), 3, 2) == 1  # one out, one in
