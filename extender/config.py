@@ -80,7 +80,7 @@ class Settings:
     # turns at a single step three times (a copy of past demand) stands in with its
     # jitter: its departures from its running median over this many hours each side.
     # 0: off (a forecast that zigzags on purpose).
-    stand_in_hours: float = 2.0
+    stand_in_hours: float = 3.0
     # GPUs idle now that no job is planned on by the next step go to services whose
     # demand ran above their forecast in the last day, as spare replicas up to their
     # planned peak (given back at the next step, within max-swap). False: services hold
@@ -244,7 +244,7 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
      "demand shows when, the plan holds the forecast widened by this much each way (3; 0: off)"),
     ("stand_in_hours", float, "until a service has four days of forecast error, a forecast that "
      "zigzags (or turns at a single step three times) stands in with its departures from its "
-     "running median over this many hours each side (2; 0: off)"),
+     "running median over this many hours each side (3; 0: off)"),
     ("spare_replicas", _bool, "give GPUs idle now (no job planned on them next step) to "
      "services whose demand ran above their forecast in the last day, as spare replicas up "
      "to their planned peak (true)"),

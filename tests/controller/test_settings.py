@@ -17,7 +17,7 @@ def test_defaults() -> None:
     assert (s.max_wait_hours, s.max_wait_steps) == (48.0, 0)  # two days, at any step length
     assert s.service_level == 0.995
     assert s.peak_shift_hours == 3.0  # a peak may come 3 hours early or late
-    assert s.stand_in_hours == 2.0
+    assert s.stand_in_hours == 3.0
     assert s.spare_replicas is True
 
 

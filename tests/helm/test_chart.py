@@ -207,7 +207,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_MAX_WAIT_STEPS": "0",
         "GPUROSTER_SERVICE_LEVEL": "0.995",
         "GPUROSTER_PEAK_SHIFT_HOURS": "3",
-        "GPUROSTER_STAND_IN_HOURS": "2",
+        "GPUROSTER_STAND_IN_HOURS": "3",
         "GPUROSTER_SPARE_REPLICAS": "true",
         "GPUROSTER_RESERVATION_LEAD": "0.01",
         "GPUROSTER_PRIORITY_CLASSES": '{"critical":8,"high":4,"low":1,"normal":2}',
