@@ -90,11 +90,13 @@ def instance(seed: int, kind: str, days: int = 2, *, jobs: Jobs = PHILLY) -> mod
     return _told(base, services, f"forecasts wrong: {kind}")
 
 
-def _base(rng: np.random.Generator, seed: int, days: int,
-          label: str, shape: Jobs) -> tuple[model.Scenario, int]:
+def _base(rng: np.random.Generator, seed: int, days: int, label: str, shape: Jobs,
+          size: int | None = None) -> tuple[model.Scenario, int]:
     """The generated scenario an instance starts from (its services' forecasts exact),
-    and its GPUs: its size, jobs and services' share drawn from `rng`."""
-    gpus = int(rng.choice(SIZES))
+    and its GPUs: its size (`size` where given; drawn all the same, so that the draws
+    after it are those of the drawn size), jobs and services' share drawn from `rng`."""
+    drawn = int(rng.choice(SIZES))
+    gpus = drawn if size is None else size
     jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
     share = float(rng.uniform(0.3, 0.5))  # services' weekday peaks, of the cluster
     base = generator.generate(
@@ -159,19 +161,23 @@ def _wrong(v: model.Service, kind: str, rng: np.random.Generator, gpus: int,
 
 
 def day_earlier(count: int = 40, seed: int = 7000, days: int = 2, *,
-                jobs: Jobs = PHILLY) -> list[model.Scenario]:
+                jobs: Jobs = PHILLY, gpus: int | None = None) -> list[model.Scenario]:
     """`count` instances whose forecast is the demand of the same hours a day earlier
-    (see the module text); `days` of hourly steps each, jobs shaped as `jobs` says."""
+    (see the module text); `days` of hourly steps each, jobs shaped as `jobs` says, of
+    `gpus` GPUs each (one of SIZES) where it is given, else of a size drawn for each."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
-    return [_day_earlier(seed + i, days, jobs) for i in range(count)]
+    if gpus is not None and gpus not in SIZES:
+        raise ValueError(f"gpus must be one of {', '.join(map(str, SIZES))}, got {gpus!r}")
+    return [_day_earlier(seed + i, days, jobs, gpus) for i in range(count)]
 
 
-def _day_earlier(seed: int, days: int, shape: Jobs = PHILLY) -> model.Scenario:
+def _day_earlier(seed: int, days: int, shape: Jobs = PHILLY,
+                 size: int | None = None) -> model.Scenario:
     rng = np.random.default_rng([seed, len(KINDS)])
-    base, gpus = _base(rng, seed, days, "day-earlier", shape)
+    base, gpus = _base(rng, seed, days, "day-earlier", shape, size)
     spd = base.steps_per_day
     services = []
     for v in base.services:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -141,6 +142,20 @@ def test_deep_queue_row_times_every_re_plan_of_the_simulated_runs() -> None:
     assert row.split()[:3] == ["8", "40", "starved"] and row.split()[8] == "72"  # 3 days
     assert not row.endswith(("met", "MISSED"))  # no target is set for it
     assert "services' peaks 90% of the cluster, estimates off (sigma 0.5)" in table
+
+
+def test_wrong_forecast_row_times_the_headroom_path_under_the_8_gpu_target() -> None:
+    case = benchmarking.WrongCase(count=2, seed=600, days=1,
+                                  target_ms=benchmarking.PLAN_TARGET_MS[8])
+    assert [s.cluster.gpus for s in case.scenarios()] == [8, 8]
+    assert all(v.forecast != v.demand for s in case.scenarios() for v in s.services)
+    table = benchmarking.latency_table(repeats=2, cases=(), queues=(case,))
+    row = next(line for line in table.splitlines() if " wrong " in line)
+    assert row.split()[:3] == ["8", str(case.jobs), "wrong"]
+    assert row.split()[8] == "48" and row.endswith(("<= 1 ms: met", "<= 1 ms: MISSED"))
+    assert "day-earlier seeds 600-601" in table
+    assert benchmarking.WRONG_CASE in inspect.signature(
+        benchmarking.latency_table).parameters["queues"].default  # make bench prints it
 
 
 def _small_result(tmp_path: Path, name: str) -> tuple[Path, dict[str, Any]]:

@@ -127,6 +127,18 @@ def test_the_day_earlier_family_forecasts_each_step_with_the_demand_a_day_before
         wrongforecasts.day_earlier(3, days=0)
 
 
+def test_the_day_earlier_family_can_be_held_to_one_size() -> None:
+    drawn = wrongforecasts.day_earlier(12, seed=11)
+    eight = wrongforecasts.day_earlier(12, seed=11, gpus=8)
+    assert all(s.cluster.gpus == 8 and "-8g-" in s.name for s in eight)
+    assert {s.cluster.gpus for s in drawn} != {8}  # the draw alone gives other sizes too
+    # Where the draw was 8 GPUs anyway, the instance is the one drawn (later draws unmoved).
+    assert [a for a in drawn if a.cluster.gpus == 8] == [
+        b for a, b in zip(drawn, eight, strict=True) if a.cluster.gpus == 8]
+    with pytest.raises(ValueError, match="gpus must be one of 8, 16, 32"):
+        wrongforecasts.day_earlier(2, gpus=12)
+
+
 def test_headroom_keeps_the_service_level_on_a_level_bias() -> None:
     s = wrongforecasts.instance(2510, "low")
     from extender.planner import metrics
