@@ -93,8 +93,9 @@ def instance(seed: int, kind: str, days: int = 2, *, jobs: Jobs = PHILLY) -> mod
 def _base(rng: np.random.Generator, seed: int, days: int, label: str, shape: Jobs,
           size: int | None = None) -> tuple[model.Scenario, int]:
     """The generated scenario an instance starts from (its services' forecasts exact),
-    and its GPUs: its size (`size` where given; drawn all the same, so that the draws
-    after it are those of the drawn size), jobs and services' share drawn from `rng`."""
+    and its GPUs: its size (`size` where given, though one is drawn all the same, so that
+    every later draw is the one it would be without `size`), jobs and services' share
+    drawn from `rng`."""
     drawn = int(rng.choice(SIZES))
     gpus = drawn if size is None else size
     jobs = int(gpus * rng.uniform(1.5, 3.0) * days / 2)
