@@ -111,7 +111,7 @@ LATENCY_CASES = ((8, 15), (64, 30), (256, 120), (1024, 500), (4096, 2000))
 # (load about 3), p99: 7.9, 9.1 and 9.9 ms (met, narrowly); the planner before the shape
 # memo, interleaved, 10.7 and 18.4 ms. Under a load of 6-7 two minutes earlier: 24.9-28.3
 # ms, before 27.3-50.8 ms (mostly waits for a core: CPU time p99 9.3-11.9 ms).
-# After the byte searches (`allocating._clear_from`), 2026-12-04 19:07 UTC (load 1.2, other
+# After the byte searches (`frame.clear_from`), 2026-12-04 19:07 UTC (load 1.2, other
 # sessions' clusters running), `latency_table` four times, interleaved in one process with
 # the code before them (0896fbf): 8 GPUs / 15 jobs p99 0.65-0.87 ms cold, 0.63-0.94 ms the
 # step after (before: 0.92-1.49 and 0.85-1.50); 64 / 30 cold 1.30-1.98 ms (1.67-2.47); the
@@ -192,7 +192,7 @@ DEEP_CASE = DeepCase(target_ms=DEEP_TARGET_MS)
 # An overloaded cluster: the services' peaks take 90% of 8 GPUs, more work arrives than
 # fits, estimates are off as in pod logs, and from the third day much of the queue is past
 # the starvation bound, each such job looking ahead for the first step a block frees and
-# its trade pays. Before those steps were screened (`allocating._drain_trade`), on
+# its trade pays. Before those steps were screened (`trading.drain_trade`), on
 # 2026-12-05 at 17:55 UTC, idle VM, twice each, interleaved: p50 2.27-2.32 ms, p99
 # 30.6-31.3 ms, max 32.0-32.5 ms; after: p50 1.75 ms, p99 8.0-8.1 ms, max 8.4-8.9 ms.
 STARVED_CASE = DeepCase(gpus=8, jobs=300, days=4, seeds=(1, 2), service_share=0.9,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.planner import allocating, blocks, model
+from extender.planner import allocating, blocks, frame, model, placing, seating, trading
 
 
 def _fullest_node_first(starts: int, size: int, free: int, c: model.Cluster) -> int:
@@ -48,11 +48,11 @@ def test_best_fit_takes_the_fullest_node_and_an_aligned_offset(nodes: int, size:
 
 def test_trade_loses_only_when_the_first_steps_shortfall_already_sinks_it() -> None:
     # Worth 100 before its shortfall, 2 GPUs short now at 40 or more each: at most 20.
-    assert allocating._trade_loses(100.0, 2, 40.0, floor=20.5)
-    assert not allocating._trade_loses(100.0, 2, 40.0, floor=19.0)
-    # A tie is left to `_trade` itself, which adds the shortfall up in its own order.
-    assert not allocating._trade_loses(100.0, 2, 40.0, floor=20.0)
-    assert not allocating._trade_loses(100.0, 0, 40.0, floor=99.0)  # nothing short now
+    assert trading.trade_loses(100.0, 2, 40.0, floor=20.5)
+    assert not trading.trade_loses(100.0, 2, 40.0, floor=19.0)
+    # A tie is left to `trading.trade` itself, which adds the shortfall up in its own order.
+    assert not trading.trade_loses(100.0, 2, 40.0, floor=20.0)
+    assert not trading.trade_loses(100.0, 0, 40.0, floor=99.0)  # nothing short now
 
 
 def _first_clear(room: list[int], size: int, k: int, d: int) -> int:
@@ -68,23 +68,23 @@ def _first_clear(room: list[int], size: int, k: int, d: int) -> int:
        k=st.integers(0, 40), d=st.integers(1, 50))
 def test_the_byte_search_finds_the_first_start_with_room(room: list[int], size: int, k: int,
                                                          d: int) -> None:
-    packed = allocating._packed(room)
+    packed = frame.pack(room)
     assert packed is not None and list(packed) == [max(0, x) for x in room]
-    bad = packed.translate(allocating._below(size))
+    bad = packed.translate(frame.below(size))
     k = min(k, len(room) - 1)
-    assert min(allocating._clear_from(bad, k, d), len(room)) == _first_clear(room, size, k, d)
+    assert min(frame.clear_from(bad, k, d), len(room)) == _first_clear(room, size, k, d)
 
 
 @given(room=st.lists(st.integers(-3, 9), min_size=1, max_size=40), size=st.integers(1, 8),
        taken=st.integers(0, 9), lo=st.integers(0, 40), hi=st.integers(0, 40))
 def test_packed_room_less_a_job_is_the_room_less_it(room: list[int], size: int, taken: int,
                                                     lo: int, hi: int) -> None:
-    packed = allocating._packed(room)
+    packed = frame.pack(room)
     assert packed is not None
-    packed[lo:hi] = packed[lo:hi].translate(allocating._less(taken))
+    packed[lo:hi] = packed[lo:hi].translate(frame.less(taken))
     after = [x - taken if lo <= t < hi else x for t, x in enumerate(room)]
     assert list(packed) == [max(0, x) for x in after]
-    assert allocating._packed([0, 256]) is None
+    assert frame.pack([0, 256]) is None
 
 
 @given(capacity=st.lists(st.integers(-3, 9), min_size=2, max_size=40), size=st.integers(1, 8),
@@ -92,17 +92,17 @@ def test_packed_room_less_a_job_is_the_room_less_it(room: list[int], size: int, 
 def test_the_byte_search_finds_the_longest_run_beside_the_curve(capacity: list[int], size: int,
                                                                 R: int) -> None:
     R = min(R, len(capacity) - 1)
-    packed = allocating._packed(capacity)
+    packed = frame.pack(capacity)
     assert packed is not None
-    assert (allocating._packed_room(packed.translate(allocating._below(size)), R)
-            == allocating._curve_room(capacity, size, R))
+    assert (trading.packed_room(packed.translate(frame.below(size)), R)
+            == trading.curve_room(capacity, size, R))
 
 
 def _trade_each_step(g: Any, q: model.QueuedJob, d: int, allow: int, shrunk: list[int],
                      near: Any, margin: int, R: int) -> tuple[int, Any] | None:
     """What a job past the starvation bound looks ahead for, plainly: each step in turn."""
     for at in range(1, R + 1):
-        trade = allocating._trade(g, q, at, d, allow, shrunk[at] | near(at + d, margin))
+        trade = trading.trade(g, q, at, d, allow, shrunk[at] | near(at + d, margin))
         if trade is not None:
             return at, trade
     return None
@@ -128,7 +128,7 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
     short = [rnd.randint(0, 2) for _ in range(W)]
     shortable = sorted((rnd.choice([0.5, 2.0, 10.0]), [rnd.randint(0, c.gpus) for _ in range(W)])
                        for _ in range(rnd.randint(1, 2)))
-    cum = allocating._cumulative_weights(decay, W)
+    cum = frame.cumulative_weights(decay, W)
     near_masks = {end: mask(0.1) for end in range(W + 50)}
 
     def near(end: int, margin: int) -> int:
@@ -137,20 +137,20 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
     allow = mask(0.9) | mask(0.9)
     q = model.QueuedJob("j", size, d, 0, priority)
     cum_a = np.asarray(cum)
-    g = allocating._Sheet(c, W, cum, cum_a, shortable, occ, slack, short)
+    g = frame.Sheet(c, W, cum, cum_a, shortable, occ, slack, short)
     want = _trade_each_step(g, q, d, allow, shrunk, near, 2, R)
     full_at = bytearray(R + 1)
     # What the pass gives it: the bound, and the exact sums once the bound let through a
     # start that did not pay.
-    exact = allocating._shortfall_sums(
+    exact = trading.shortfall_sums(
         size, slack, cum_a, np.array([p for p, _ in shortable]),
         np.array([cv for _, cv in shortable], dtype=np.int64), short)
-    bound = allocating._least_shortfall(size, slack, cum_a, shortable[0][0])
+    bound = trading.least_shortfall(size, slack, cum_a, shortable[0][0])
 
     def costs(priced_exactly: bool) -> Any:
         return exact if priced_exactly else bound
 
-    got = allocating._drain_trade(g, q, d, allow, shrunk, near, 2, R, full_at, costs)
+    got = trading.drain_trade(g, q, d, allow, shrunk, near, 2, R, full_at, costs)
     assert got == want
     # The steps it marked have no block free at the step for any job of the size and
     # GPUs: the next job's look-ahead in the pass, the grid only fuller, skips them.
@@ -160,7 +160,7 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
     g = g._replace(occ=[x | mask(0.1) for x in occ])
     again = model.QueuedJob("k", size, max(1, d - 1), 0, priority * 2)
     want = _trade_each_step(g, again, again.estimate_steps, allow, shrunk, near, 2, R)
-    assert allocating._drain_trade(g, again, again.estimate_steps, allow, shrunk, near, 2, R,
+    assert trading.drain_trade(g, again, again.estimate_steps, allow, shrunk, near, 2, R,
                                    full_at, costs) == want
 
 
@@ -169,7 +169,7 @@ def test_the_look_ahead_of_a_starving_trade_skips_only_starts_that_cannot_be_tak
 def test_the_shortfall_sums_price_every_start_as_the_trade_does(
     seed: int, size: int, W: int, curves: int, decay: float,
 ) -> None:
-    # A start's shortfall read off the sums (two lookups) is what `_trade` nets by walking
+    # A start's shortfall read off the sums (two lookups) is what `trading.trade` nets by walking
     # its run: the look-ahead of a starving job skips on it, so it must not differ.
     c = model.Cluster(nodes=1, gpus_per_node=8)
     rnd = random.Random(seed)
@@ -177,15 +177,15 @@ def test_the_shortfall_sums_price_every_start_as_the_trade_does(
     short = [rnd.randint(0, 6) for _ in range(W)]
     shortable = sorted((rnd.choice([0.5, 2.0, 2.0, 10.0]), [rnd.randint(0, 5) for _ in range(W)])
                        for _ in range(curves))
-    cum = allocating._cumulative_weights(decay, W)
-    costs = allocating._shortfall_sums(
+    cum = frame.cumulative_weights(decay, W)
+    costs = trading.shortfall_sums(
         size, slack, np.asarray(cum), np.array([p for p, _ in shortable]),
         np.array([cv for _, cv in shortable], dtype=np.int64), short)
     q = model.QueuedJob("j", size, W, 0, 3.0)
-    g = allocating._Sheet(c, W, cum, np.asarray(cum), shortable, [0] * W, slack, short)
+    g = frame.Sheet(c, W, cum, np.asarray(cum), shortable, [0] * W, slack, short)
     for k in range(W):
         for d in range(1, W - k + 1):
-            got = allocating._trade(g, q, k, d, 255, 0, floor=-np.inf)
+            got = trading.trade(g, q, k, d, 255, 0, floor=-np.inf)
             assert got is not None
             want = 3.0 * size * (cum[k + d] - cum[k]) - (costs[k + d] - costs[k])
             assert abs(got[1] - want) <= 1e-9 * max(1.0, abs(want))
@@ -194,7 +194,7 @@ def test_the_shortfall_sums_price_every_start_as_the_trade_does(
 @pytest.mark.parametrize(("jobs", "passes"), [(15, 6), (100, 6), (101, 5), (150, 4), (200, 3),
                                                (250, 2), (301, 1), (700, 1)])
 def test_a_long_queue_gets_as_many_queue_orders_as_the_pass_budget_holds(
-    jobs: int, passes: int,
+    jobs: int, passes: int, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 600 placements a plan (`Options.pass_budget`): six passes up to 100 jobs, then fewer,
     # at least one; no job is left out of the one pass a very long queue still gets.
@@ -205,19 +205,19 @@ def test_a_long_queue_gets_as_many_queue_orders_as_the_pass_budget_holds(
     inp = model.PlanInput(4, model.Cluster(2, 8), 24, queue, (), ())
     planner = allocating.Gpuroster()
     calls = []
-    place = planner._place
+    place = placing.place
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs.get("fill_now", False))
         return place(*args, **kwargs)
 
-    planner._place = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(placing, "place", counted)
     plan = planner.plan(inp)
     assert len(calls) == passes
     assert set(plan.planned_start) | set(plan.reasons) == {q.name for q in queue}
 
 
-def test_the_pass_budget_goes_to_orders_that_differ() -> None:
+def test_the_pass_budget_goes_to_orders_that_differ(monkeypatch: pytest.MonkeyPatch) -> None:
     # 150 one-GPU jobs of one priority: "priority-size" is "priority" over again, and
     # "reach" is "priority-long". The four passes the budget holds at 150 jobs are four
     # different ones, not two.
@@ -225,47 +225,47 @@ def test_the_pass_budget_goes_to_orders_that_differ() -> None:
     inp = model.PlanInput(0, model.Cluster(1, 8), 24, queue, (), ())
     planner = allocating.Gpuroster()
     seen: list[tuple[str, ...]] = []
-    place = planner._place
+    place = placing.place
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         seen.append((str(kwargs.get("fill_now")), *(j.name for j in args[1])))
         return place(*args, **kwargs)
 
-    planner._place = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(placing, "place", counted)
     planner.plan(inp)
     assert len(seen) == 600 // 150 == len(set(seen))
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_fill_now_pass_stopped_as_the_priority_pass_twin_would_end_as_that_pass(
-        seed: int) -> None:
-    # Where the fill-now pass stops after its first phase (`_TWIN`), run it in full, and
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the fill-now pass stops after its first phase (`frame.TWIN`), run it in full, and
     # the plain priority pass too, neither held to a bound: both place every job alike.
     # Every re-plan of generated runs with services, queues of 8-60 jobs, estimates off.
     from extender.planner import generator, simulating
 
     planner = allocating.Gpuroster()
-    place = planner._place
-    plain: list[tuple[Any, list[Any]]] = []  # (frame, order) of the last priority pass
+    place = placing.place
+    plain: list[tuple[Any, list[Any]]] = []  # (its frame, order) of the last priority pass
     twins = 0
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         nonlocal twins
-        frame, ordered = args[0], args[1]
+        f, ordered = args[0], args[1]
         if kwargs.get("opening") is not None:
-            plain[:] = [(frame, ordered)]
+            plain[:] = [(f, ordered)]
         out = place(*args, **kwargs)
-        if out is allocating._TWIN:
+        if out is frame.TWIN:
             twins += 1
-            assert plain and plain[0][0] is frame and plain[0][1] is ordered
-            full = place(frame, ordered, -float("inf"), fill_now=True)
-            alone = place(frame, ordered, -float("inf"))
+            assert plain and plain[0][0] is f and plain[0][1] is ordered
+            full = place(f, ordered, -float("inf"), fill_now=True)
+            alone = place(f, ordered, -float("inf"))
             assert full is not None and alone is not None
             assert (full.placed, full.score, full.short) == (alone.placed, alone.score,
                                                              alone.short)
         return out
 
-    planner._place = checked  # type: ignore[method-assign]
+    monkeypatch.setattr(placing, "place", checked)
     gpus, jobs = ((8, 15), (8, 40), (16, 30), (32, 60), (64, 30), (16, 60))[seed]
     s = generator.generate(gpus, jobs, 300 + seed, mix="trace" if seed % 2 else "philly",
                            burst=0.5, estimate_error=0.3, duration_steps=36)
@@ -303,11 +303,11 @@ def test_a_spare_replica_keeps_off_gpus_it_could_not_leave_before_a_planned_star
     for step, kept in ((2, set()), (4, set()), (5, {12, 13})):
         wanted = [0] * 12
         wanted[step - 1] = ((1 << 4) - 1) << 12  # a job planned on 12-15 `step` steps ahead
-        assert allocating._leaving_in_time(chat, held, spare, [4] * 48, wanted, 8) == kept
+        assert seating.leaving_in_time(chat, held, spare, [4] * 48, wanted, 8) == kept
     # Curve 2: a job planned on GPU 13 alone, three steps ahead. Without 13, 12 leaves in
     # time and stays a spare; with replicas of two GPUs the pair goes together.
     wanted = [0] * 12
     wanted[2] = 1 << 13
-    assert allocating._leaving_in_time(chat, held, spare, [2] * 48, wanted, 8) == {12}
+    assert seating.leaving_in_time(chat, held, spare, [2] * 48, wanted, 8) == {12}
     pairs = dataclasses.replace(chat, unit=2)
-    assert allocating._leaving_in_time(pairs, held, spare, [2] * 48, wanted, 8) == set()
+    assert seating.leaving_in_time(pairs, held, spare, [2] * 48, wanted, 8) == set()
