@@ -36,7 +36,7 @@ from typing import Any
 
 from extender import config, metrics
 from extender.adapter import annotations as ann
-from extender.adapter import kube, objects, snapshot, watching
+from extender.adapter import gangs, kube, objects, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import explaining
 from extender.planner import model
@@ -80,7 +80,7 @@ class Writer:
     # --- gangs --------------------------------------------------------------------
 
     def admit(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
-              now: float) -> tuple[dict[str, snapshot.Admission], dict[str, str]]:
+              now: float) -> tuple[dict[str, gangs.Admission], dict[str, str]]:
         """Admit the gangs the plan starts now: (gang -> admission, gang -> why it failed).
 
         A gang whose admission reached some of its pods but not all (a write failed,
@@ -91,7 +91,7 @@ class Writer:
         in the returned admissions (those are told of whole), so its written pods are
         told here.
         """
-        admitted: dict[str, snapshot.Admission] = {}
+        admitted: dict[str, gangs.Admission] = {}
         failed: dict[str, str] = {}
         held = self._held(snap, now)
         for name, block in sorted(plan.starts.items()):
@@ -107,13 +107,13 @@ class Writer:
                                 "is not given out until it is known whether it was applied")
                 continue
             try:
-                per_pod = snapshot.layout(
+                per_pod = gangs.layout(
                     [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods],
                     block, snap.cluster, snap.nodes)
             except ann.AnnotationError as e:
                 failed[name] = str(e)
                 continue
-            adm = snapshot.Admission(block=block, admitted_at=now, nodes=per_pod)
+            adm = gangs.Admission(block=block, admitted_at=now, nodes=per_pod)
             label = block.label(snap.cluster, snap.nodes)
             done: dict[str, str] = {}
             error = None
@@ -181,7 +181,7 @@ class Writer:
         return dict(self._unsure)
 
     def promised(self, snap: snapshot.Snapshot, plan: model.Plan,
-                 admitted: Mapping[str, snapshot.Admission]) -> None:
+                 admitted: Mapping[str, gangs.Admission]) -> None:
         """Remember the first start the plan promised each waiting gang (for the delay
         between that promise and the admission, a metric)."""
         for name in plan.planned_start:
@@ -332,7 +332,7 @@ class Writer:
         leaving: dict[str, int] = {}
         for k, svc in snap.pod_service.items():
             pod = snap.pods.get(k)
-            if svc != name or pod is None or not snapshot.pod_live(pod):
+            if svc != name or pod is None or not gangs.pod_live(pod):
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
             if not node:
@@ -372,7 +372,7 @@ class Writer:
             if svc != sv.spec.name:
                 continue
             pod = snap.pods.get(k)
-            if pod is None or not snapshot.pod_live(pod):
+            if pod is None or not gangs.pod_live(pod):
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
             surplus = sv.gpus_by_node.get(node or "", 0) - planned.get(node or "", 0)

@@ -10,7 +10,7 @@ import pytest
 
 from extender import config, metrics
 from extender.adapter import annotations as ann
-from extender.adapter import snapshot, watching
+from extender.adapter import watching
 from extender.controller import clock as clock_mod
 from extender.controller import demand, planinput, stepping
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
@@ -365,7 +365,7 @@ def test_a_replica_of_two_gpus_gets_both_on_one_node() -> None:
                                ("c", 2, "gpu-node-1", 4), ("d", 1, "gpu-node-1", 6)]:
         rig.fake.add("pods", make_pod(f"{name}-0").gpus(gpus).gang(name, 1).duration("10h")
                      .annotate(**{ann.BLOCK: f"{on}:{lo}-{lo + gpus - 1}", ann.NODE: on,
-                                  ann.ADMITTED_AT: snapshot.format_time(START)})
+                                  ann.ADMITTED_AT: ann.format_time(START)})
                      .on(on).build())
     rig.fake.add("configmaps", configmap("d", curve="4"))
     rig.fake.add("deployments", deployment("svc", replicas=0, gpus=2, notes={
