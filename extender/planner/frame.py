@@ -122,8 +122,8 @@ TWIN = Candidate()
 
 @functools.lru_cache(maxsize=64)
 def cumulative_array(decay: float, W: int) -> npt.NDArray[np.float64]:
-    """`cumulative_weights` as a read-only array, made once (afresh it took about 6 us
-    of each pass's 160 at 8 GPUs and 15 jobs)."""
+    """`cumulative_weights` as a read-only array, made once per (decay, W): afresh, it
+    was a fair part of a short pass."""
     out = np.asarray(cumulative_weights(decay, W))
     out.flags.writeable = False
     return out

@@ -130,12 +130,7 @@ def ordered(queue: list[frame.Job], order: str) -> list[frame.Job]:
         # job of priority 2 (in scale-test, the plan that does so wins, and no
         # priority order finds it). Squared, priority still dominates, so wide
         # low-priority work rarely pushes back a top-priority job; the square root
-        # keeps a long job from outranking a wide one by length alone.
-        # Chosen over p x g x sqrt(e), p x sqrt(g x e) and p^1.5 x g x sqrt(e) on the
-        # seven scenarios and 60 generated contended ones (seeds 100-114). In place of
-        # shortest-first, with ties by name: +0.9% value on average there (29 better,
-        # 10 worse, worst -3.7%); on 60 others (seeds 200-214) +0.6% (29 better, 13
-        # worse, worst -9.7%); the top priority's mean wait +0.25 step on both.
+        # keeps a long job from outranking a wide one by length alone (docs/options.md).
         return sorted(queue, key=lambda j: (
             -j.q.priority * j.q.priority * j.q.gpus * math.sqrt(j.q.estimate_steps),
             j.q.arrival_step))

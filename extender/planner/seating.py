@@ -45,9 +45,7 @@ def seat(inp: model.PlanInput, o: options.Options, plan: model.Plan,
         idle = (idle | own) & ~blocks.mask_of(gpus)
     # A service placed before one that shed (or moved off a planned block) found no
     # idle GPU then: what was given back tops it up to its target now, within its swap
-    # cap, before anything goes as spares. (Four small services on one cluster left one
-    # a GPU short of its forecast beside a GPU the next one shed: 8 -> 6 of 45 generated
-    # instances under fifo's service level; the families as before.)
+    # cap, before anything goes as spares, so no service is left short beside an idle GPU.
     for v in sorted(inp.services, key=lambda v: (-v.priority, v.name)):
         gpus = plan.service_gpus[v.name]
         free = idle & v.allowed(c)

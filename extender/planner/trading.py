@@ -75,17 +75,17 @@ def drain_trade(
     `near(at + d, margin)` locked), and that trade: what trying each step in turn gives.
 
     A job past the starvation bound looks this far ahead for the step its block frees;
-    on a cluster that running work and the services fill, pricing every start's run was
-    most of a re-plan (0.7 s on 2 GPUs). So a step is skipped unpriced when what the run
-    would cost the services is more than it is worth, or when no block of its size is
-    free over the run (`trade` tests that before it prices the run). A step with none
-    free at the step itself is marked in `full_at`
-    (1: none free), shared by the jobs of its size and GPUs for the rest of a pass, in
-    which the grid only fills up. What a run costs is read off running sums over the steps
-    (`costs(exact)`): first a bound, every GPU at the cheapest price (`least_shortfall`),
-    and once a start it let through was not taken, the exact sums (`shortfall_sums`, which
-    cost more to make): on 8 GPUs whose services' curves asked for 27, the bound let 60
-    starts through to take one, and each was priced over its run (0.8 s a re-plan)."""
+    on a cluster that running work and the services fill, pricing every start's run would
+    be most of a re-plan. So a step is skipped unpriced when what the run would cost the
+    services is more than it is worth, or when no block of its size is free over the run
+    (`trade` tests that before it prices the run). A step with none free at the step
+    itself is marked in `full_at` (1: none free), shared by the jobs of its size and GPUs
+    for the rest of a pass, in which the grid only fills up. What a run costs is read off
+    running sums over the steps (`costs(exact)`): first a bound, every GPU at the
+    cheapest price (`least_shortfall`), and once a start it let through was not taken,
+    the exact sums (`shortfall_sums`, which cost more to make): where the services'
+    curves ask for more than the cluster has, the bound lets many starts through that do
+    not pay (docs/benchmarks.md)."""
     size = q.gpus
     rate = q.priority * size
     ends = np.minimum(np.arange(1 + d, R + 1 + d), g.W)  # of the runs from steps 1..R
