@@ -12,7 +12,7 @@
 #   make bench-steps     fifo, priority-easy, gpuroster at 60, 30 and 15-minute steps (~30 s)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
-#   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
+#   make lint            ruff, mypy --strict, the words check, import contracts, helm lint, hadolint
 #   make results         rewrite the published simulator tables from their commands (~8 min)
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
@@ -98,7 +98,7 @@ HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
 LINT = $(PY) -m ruff check extender tests e2e bench tools \
 	&& $(PY) -m mypy extender tests e2e bench tools \
-	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
+	&& $(PY) tools/check_words.py && $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
 	&& $(VENV)/bin/hadolint Containerfile
 
 lint: venv cluster-bin
