@@ -12,7 +12,8 @@
 #   make bench-steps     fifo, priority-easy, gpuroster at 60, 30 and 15-minute steps (~30 s)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
-#   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
+#   make lint            ruff, mypy --strict, the words check, import contracts, helm lint, hadolint
+#   make results         rewrite the published simulator tables from their commands (~8 min)
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
@@ -33,7 +34,7 @@ PYTEST := $(PY) -m pytest
 # Every e2e test shares one cluster; a hung test must not hang CI.
 E2E_TIMEOUT ?= 900
 
-.PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
+.PHONY: help manifests results venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
         cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-steps bench-cluster bench-peers
 
 help:
@@ -95,12 +96,20 @@ test: venv cluster-bin browser
 # --- quality gates -------------------------------------------------------------
 HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
-LINT = $(PY) -m ruff check extender tests e2e bench && $(PY) -m mypy extender tests e2e bench \
-	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
+LINT = $(PY) -m ruff check extender tests e2e bench tools \
+	&& $(PY) -m mypy extender tests e2e bench tools \
+	&& $(PY) tools/check_words.py && $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
 	&& $(VENV)/bin/hadolint Containerfile
 
 lint: venv cluster-bin
 	$(LINT)
+
+# Every simulator table in README.md and docs/benchmarks.md, rewritten between its
+# markers by the command that measures it (tools/results.py; tests/test_results.py
+# fails when one differs). `make results RESULTS="seven steps"` for some of them.
+RESULTS ?=
+results: venv
+	$(PY) tools/results.py $(RESULTS)
 
 # The raw manifests (kubectl apply, no Helm): the chart's default render.
 manifests: venv cluster-bin

@@ -1,6 +1,6 @@
 """Every policy on every shipped scenario and on random ones: legal, judged the same way.
 
-The performance targets of issue 2 are asserted here on the shipped scenarios,
+The performance targets are asserted here on the shipped scenarios,
 so a change that loses them fails CI; the bench prints the same numbers.
 """
 
@@ -89,7 +89,7 @@ def _exact(name: str) -> bool:
 def test_the_peaks_timing_tolerance_costs_under_one_percent_with_exact_forecasts(
         name: str) -> None:
     # On by default; where the forecast is right its widening lasts only until the demand
-    # has shown the peak on time (issue 25: exact forecasts lose nothing, < 1%).
+    # has shown the peak on time (the target: exact forecasts lose nothing, < 1%).
     s = scenarios.load(scenarios.resolve(name))
     run = simulating.simulate(s, policies.create("gpuroster", **UNWIDENED))
     legality.check(s, run.grid)
