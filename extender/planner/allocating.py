@@ -98,6 +98,26 @@ def held_to_reservation(inp: model.PlanInput, o: Options, told: dict[str, list[i
             for v in inp.services}
 
 
+def service_floors(inp: model.PlanInput, o: Options, told: dict[str, list[int]],
+                   leads: dict[str, float | None]) -> dict[str, list[int] | None]:
+    """Per service, the least its curve holds at each lead (`servicing.cover`; None: no
+    floor), at most its static reservation while it is ahead of that reservation's
+    record (as `held_to_reservation` holds its headroom): the fast plan's and full
+    mode's."""
+    if not o.cover:
+        return {v.name: None for v in inp.services}
+    reach = [max(1, round(h * inp.steps_per_day / 24)) for h in o.cover_hours]
+    out: dict[str, list[int] | None] = {}
+    for v in inp.services:
+        floor = servicing.cover(v, told[v.name], reach, inp.steps_per_day, o.service_level)
+        lead = leads[v.name]
+        if (floor is not None and v.reservation is not None and o.reservation_lead is not None
+                and lead is not None and lead > o.reservation_lead):
+            floor = [x if x < v.reservation else v.reservation for x in floor]
+        out[v.name] = floor
+    return out
+
+
 class Gpuroster:
     name = "gpuroster"
 
@@ -141,9 +161,12 @@ class Gpuroster:
         unheld_peak = {
             v.name: max(map(operator.add, told[v.name][:H], unheld[v.name][:H]), default=0)
             for v in inp.services if rooms[v.name] is not unheld[v.name]}
+        floors = service_floors(inp, o, told, leads)
         curves = {
             v.name: servicing.service_curve(v, W, now, inp.steps_per_day, o.error_memory,
-                                  room=rooms[v.name], forecast=told[v.name])
+                                  room=rooms[v.name], forecast=told[v.name],
+                                  limit=servicing.ceiling(v, o.headroom_cap),
+                                  floor=floors[v.name])
             for v in inp.services
         }
         capacity = [c.gpus - unavailable.bit_count()] * W

@@ -50,8 +50,17 @@ class Options:
     # Headroom never raises a service's plan above this many times the larger of its
     # forecast's peak over the day ahead (what fifo reserves all day) and its demand's peak
     # over the error window (`servicing.service_room`): 1.2 is the most a day-old
-    # forecast's peak grows by in a day. 0: no cap.
+    # forecast's peak grows by in a day. 0: no cap. Whatever the headroom, a service's plan
+    # holds at most its static reservation until demand is seen above it, then at most this
+    # many times the most demand seen (`servicing.ceiling`): never more GPU-steps than the
+    # reservation it replaces, unless its demand took them.
     headroom_cap: float = 1.2
+    # Once a service's forecast was seen wrong, its plan covers each step as the steps seen
+    # would have needed at its objective (`servicing.cover`): the forecast's envelope over
+    # one of `cover_hours` each way, times a ratio, plus a GPU. A service of a few GPUs
+    # misses its objective on one GPU-step short, which an objective met on average misses.
+    cover: bool = True
+    cover_hours: tuple[float, ...] = (1.0, 2.0, 3.0)
     # Once a service has got more of its demand than its static reservation (the peak of
     # its forecast, held all day, as fifo holds it) would have given it, by more than this
     # share of its demand, its plan holds no more than the larger of that reservation and

@@ -72,6 +72,9 @@ def seat(inp: model.PlanInput, o: options.Options, plan: model.Plan,
         curve = curves[v.name]
         room = max(max(curve[:inp.horizon], default=0),
                    unheld_peak.get(v.name, 0)) - len(gpus)
+        top = servicing.ceiling(v, o.headroom_cap)
+        if top is not None:  # spares too stay within the reservation the service replaces
+            room = min(room, top - len(gpus))
         if now > 0:  # swaps now, and the fall to next step's curve, within the cap
             after = curve[1] if len(curve) > 1 else targets[v.name]
             room = min(room, v.max_swap - len(gpus ^ v.current_gpus),
