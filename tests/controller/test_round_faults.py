@@ -15,6 +15,7 @@ from extender import metrics
 from extender.controller import stepping, verbs
 from tests.controller.test_stepping import Rig, gang
 from tests.kubefake import configmap, deployment, make_pod
+from tests.waiting import wait_until
 
 
 def _until(cond: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -87,10 +88,14 @@ def test_a_failed_round_is_retried_after_a_growing_wait_not_at_once(
         rig.ctl.plan_input = real  # type: ignore[method-assign]
         time.sleep(0.2)
         rig.clock.advance(stepping.BACKOFF_MAX)
-        _until(lambda: rig.ctl.rounds >= 1)
+        # The WARNING is the loop's last word on the mended round: once it is there,
+        # the round count, the error and the table are settled too.
+        wait_until(lambda: any(r.getMessage() == "step recovered after 3 failed rounds"
+                               for r in caplog.records),
+                   what="the WARNING 'step recovered after 3 failed rounds'")
+        assert rig.ctl.rounds >= 1
         assert rig.ctl.last_error is None
         assert rig.ctl.table.step == rig.ctl.step_of(rig.clock.now())
-        assert any("recovered after" in r.getMessage() for r in caplog.records)
     finally:
         rig.ctl.stop(wait=2)
     assert not rig.ctl.alive()
