@@ -7,25 +7,17 @@ the very thing the assertion reads, and fail with what did not happen.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from extender.localcluster import waiting
 
 
-def wait_until(pred: Callable[[], T], timeout: float = 10.0, *, what: str,
-               every: float = 0.01) -> T:
-    """`pred()`'s first truthy value, polled every `every` s; fails after `timeout` s.
+def wait_until(pred: Callable[[], Any], timeout: float = 10.0, *, what: str) -> Any:
+    """`pred()`'s first truthy value; past `timeout` s, AssertionError naming `what`.
 
-    The deadline is generous on purpose: a passing test never reaches it, and a test
-    run on a loaded machine must not fail by it.
+    The e2e tests' `wait_for`, polled every 10 ms since the unit tests' threads act in
+    microseconds. The deadline is generous on purpose: a passing test never reaches it,
+    and a test run on a loaded machine must not fail by it.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
+    return waiting.wait_for(pred, timeout, what, every=0.01)
