@@ -2,7 +2,7 @@
 #
 #   make test            build (or reuse) the control plane, venv, chromium, unit + e2e tests
 #   make test-unit       unit tests only (no cluster)
-#   make test-flakes     the unit suite RUNS=20 times in random order on busy CPUs (~30 min)
+#   make test-flakes     the unit suite RUNS=20 times in random order on busy CPUs (1-5 min a run)
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
 #   make -s cluster-extender-port   port where its kube-scheduler calls the extender

@@ -50,6 +50,16 @@ def tally(output: str) -> str:
     return found[-1] if found else ""
 
 
+def commit() -> str:
+    """The commit hunted ("abc1234", "+ changes" when the tracked files differ), or ""."""
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + (" + changes" if head and git("status", "--porcelain", "-uno") else "")
+
+
 def record(path: Path, text: str) -> None:
     """Replace the block between the markers in `path` with `text`."""
     doc = path.read_text(encoding="utf-8")
@@ -73,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     args.out.mkdir(parents=True, exist_ok=True)
+    hunted = commit()
     burner = None
     if args.burn:
         burner = subprocess.Popen(
@@ -123,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         command = (f"make test-flakes RUNS={args.runs} BURN={args.burn}"
                    + (f" BUCKET={args.bucket}" if args.bucket != "module" else ""))
         record(args.record, "\n".join([
-            f"Last hunt: {when}, `{command}` on {os.cpu_count()} CPUs, {args.burn} "
+            f"Last hunt: {when}, `{command}`" + (f" at {hunted}" if hunted else "")
+            + f" on {os.cpu_count()} CPUs, {args.burn} "
             f"processes of bench/burn.py spinning beside the suite, {took / 60:.0f} minutes "
             f"(load average {os.getloadavg()[1]:.1f} over the last 5 minutes):",
             "", *lines]))
