@@ -89,7 +89,7 @@ def test_a_failed_round_is_retried_after_a_growing_wait_not_at_once(
         assert rig.ctl.last_error is None
         assert rig.ctl.table.step == rig.ctl.step_of(rig.clock.now())
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
     assert not rig.ctl.alive()
 
 
@@ -112,7 +112,8 @@ def test_the_wait_after_a_failed_round_never_runs_past_the_next_boundary() -> No
         wait_until(lambda: len(calls) >= 6, what="the sixth round")
         assert waits() == [0.5] * len(waits)  # capped
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_the_wait_after_a_failed_round_ends_at_the_next_boundary() -> None:
@@ -131,7 +132,8 @@ def test_the_wait_after_a_failed_round_ends_at_the_next_boundary() -> None:
         wait_until(lambda: len(waits) >= 2, what="the wait after the second failed round")
         assert waits()[:2] == [0.5, pytest.approx(0.3)]  # not 1 s: a new step
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 # --- one service's demand read fails oddly: that service's problem only ---------------------

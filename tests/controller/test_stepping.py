@@ -575,7 +575,8 @@ def test_the_loop_steps_on_the_clock_it_is_given() -> None:
                    what="the boundary's round (the next step's table, counted)")
         assert rig.ctl.alive()
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> None:
@@ -589,7 +590,8 @@ def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> Non
         rig.ctl.mark_dirty("pods")
         wait_until(lambda: ann.BLOCK in rig.notes("ns/g-0"), what="g admitted mid-step")
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_a_pod_in_a_step_s_last_tenth_waits_for_the_boundary_plan() -> None:
@@ -614,7 +616,8 @@ def test_a_pod_in_a_step_s_last_tenth_waits_for_the_boundary_plan() -> None:
                    and rig.ctl.table.step == first + 1,
                    what="g admitted at the boundary, the next step's table published")
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
