@@ -2,6 +2,7 @@
 #
 #   make test            build (or reuse) the control plane, venv, chromium, unit + e2e tests
 #   make test-unit       unit tests only (no cluster)
+#   make test-flakes     the unit suite RUNS=20 times in random order on busy CPUs (1-5 min a run)
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
 #   make -s cluster-extender-port   port where its kube-scheduler calls the extender
@@ -35,7 +36,8 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests results venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-steps bench-cluster bench-peers
+        cluster-status browser test test-unit test-flakes test-e2e lint demo bench bench-slo bench-steps bench-cluster \
+        bench-peers
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -73,6 +75,17 @@ cluster-status:
 
 test-unit: venv
 	$(PYTEST) -m 'not e2e' tests
+
+# The flake hunt (docs/testing.md): the unit suite RUNS times, each shuffled with a seed
+# of its own, beside BURN CPU-burning processes; lists every test that failed with its
+# seeds and writes the result into RECORD (empty: nowhere). Not part of `make test`.
+RUNS ?= 20
+BURN ?= 2
+BUCKET ?= module
+RECORD ?= docs/testing.md
+test-flakes: venv
+	$(PY) bench/flakehunt.py --runs $(RUNS) --burn $(BURN) --bucket $(BUCKET) \
+		$(if $(RECORD),--record $(RECORD))
 
 test-e2e: venv cluster-bin browser
 	run=$$(date +%s)-$$$$; rc=0; \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ from extender.adapter import watching
 from extender.controller import clock as clock_mod
 from extender.controller import demand, planinput, stepping
 from tests.kubefake import FakeKube, configmap, deployment, make_pod, node
+from tests.waiting import wait_until
 
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -545,67 +547,77 @@ def test_demand_query_without_prometheus_is_reported() -> None:
     assert any("GPUROSTER_PROMETHEUS_URL" in e["message"] for e in rig.fake.events)
 
 
+def _parked(rig: Rig, what: str, since: int = 0, on: threading.Event | None = None) -> None:
+    """Wait until the loop sits in a wait on the fake clock begun after the first `since`
+    (the last one, on the event `on` if given). The clock records a wait once its
+    deadline is fixed; moving the clock while the loop is between reading the time and
+    starting its wait would push that deadline past the move, and the loop would sleep
+    through it."""
+    def parked() -> bool:
+        waits = list(rig.clock.waits)
+        return len(waits) > since and (on is None or waits[-1][0] is on)
+
+    wait_until(parked, what=what)
+
+
 def test_the_loop_steps_on_the_clock_it_is_given() -> None:
     rig = Rig()
     rig.ctl.start()
     try:
-        deadline = time.monotonic() + 5
-        while rig.ctl.rounds < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        _parked(rig, "the loop's first round and the wait after it")
         first = rig.ctl.table.step
         rounds = rig.ctl.rounds
         time.sleep(0.3)
         assert rig.ctl.table.step == first  # the fake clock has not moved
         rig.clock.advance(rig.settings.step_seconds)
-        while rig.ctl.table.step != first + 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert rig.ctl.rounds > rounds and rig.ctl.alive()
+        # A round publishes its table before it counts itself: wait for both.
+        wait_until(lambda: rig.ctl.table.step == first + 1 and rig.ctl.rounds > rounds,
+                   what="the boundary's round (the next step's table, counted)")
+        assert rig.ctl.alive()
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_a_new_pod_mid_step_is_planned_without_waiting_for_the_boundary() -> None:
     rig = Rig()
     rig.ctl.start()
     try:
-        deadline = time.monotonic() + 10
-        while rig.ctl.rounds < 1:
-            time.sleep(0.01)
+        _parked(rig, "the loop's first round and the wait after it")
+        rig.clock.advance(rig.settings.step_seconds / 2)  # min gap passes, same step
         gang(rig.fake, "g", 1, 2)
         rig.sync()
         rig.ctl.mark_dirty("pods")
-        rig.clock.advance(rig.settings.step_seconds / 2)  # min gap passes, same step
-        while ann.BLOCK not in rig.notes("ns/g-0"):
-            assert time.monotonic() < deadline, "not admitted mid-step"
-            time.sleep(0.01)
+        wait_until(lambda: ann.BLOCK in rig.notes("ns/g-0"), what="g admitted mid-step")
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_a_pod_in_a_step_s_last_tenth_waits_for_the_boundary_plan() -> None:
     rig = Rig()
     rig.ctl.start()
     try:
-        deadline = time.monotonic() + 10
-        while rig.ctl.rounds < 1:
-            time.sleep(0.01)
+        _parked(rig, "the loop's first round and the wait after it")
         first = rig.ctl.table.step
         rig.clock.advance(rig.settings.step_seconds * 0.95)  # the quiet tail
         gang(rig.fake, "g", 1, 2)
         rig.sync()
+        seen = len(rig.clock.waits)
         rig.ctl.mark_dirty("pods")
+        _parked(rig, "the loop's wait for the boundary, a change pending", seen,
+                on=rig.ctl._stop)
         time.sleep(0.5)
         assert ann.BLOCK not in rig.notes("ns/g-0"), "planned in the tail"
         assert rig.ctl.table.step == first
         rig.clock.advance(rig.settings.step_seconds * 0.05)
-        while ann.BLOCK not in rig.notes("ns/g-0"):
-            assert time.monotonic() < deadline, "not admitted at the boundary"
-            time.sleep(0.01)
-        assert rig.ctl.table.step == first + 1
+        # The admission is written before the round publishes its table: wait for both.
+        wait_until(lambda: ann.BLOCK in rig.notes("ns/g-0")
+                   and rig.ctl.table.step == first + 1,
+                   what="g admitted at the boundary, the next step's table published")
     finally:
-        rig.ctl.stop()
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_pods_of_a_badly_annotated_service_are_never_planned_as_batch() -> None:
