@@ -11,6 +11,7 @@
 #   make bench-full      fast vs full mode (CP-SAT) vs an upper bound on value
 #   make bench-slo       service level vs value: 100 wrong-forecast instances, the seven, 40 day-earlier (~1 min)
 #   make bench-steps     fifo, priority-easy, gpuroster at 60, 30 and 15-minute steps (~30 s)
+#   make bench-traffic   production-shaped traffic and wrong forecasts against priority-easy (~8 min)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
 #   make lint            ruff, mypy --strict, the words check, import contracts, helm lint, hadolint
@@ -36,7 +37,7 @@ PYTEST := $(PY) -m pytest
 E2E_TIMEOUT ?= 900
 
 .PHONY: help manifests results venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status browser test test-unit test-flakes test-e2e lint demo bench bench-slo bench-steps bench-cluster \
+        cluster-status browser test test-unit test-flakes test-e2e lint demo bench bench-slo bench-steps bench-traffic bench-cluster \
         bench-peers
 
 help:
@@ -171,6 +172,10 @@ bench: venv
 # Full mode (CP-SAT) and the value upper bound (HiGHS) beside the fast plan.
 bench-slo: venv
 	$(PY) bench/slo.py --count 100 --out out/bench-slo
+
+# Production-shaped traffic and the wrong-forecast families against priority-easy (~8 min).
+bench-traffic: venv
+	$(PY) bench/traffic.py --count 100 --held-out 50 --wrong 100
 
 bench-steps: venv
 	$(PY) bench/steps.py

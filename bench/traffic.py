@@ -62,7 +62,10 @@ def run(s: model.Scenario, bound: bool = False,
     if bound:
         from extender.optimizing import bound as bounding
 
-        b = bounding.value_upper_bound(s, time_limit_s=20.0).value_bound
+        try:
+            b = bounding.value_upper_bound(s, time_limit_s=60.0).value_bound
+        except RuntimeError:  # not solved in its time: the instance has no bound
+            b = None
     return Row(s.name, value, level, held, static, within, b)
 
 
@@ -70,33 +73,76 @@ def _run(args: tuple[model.Scenario, bool, dict[str, object]]) -> Row:
     return run(*args)
 
 
-def report(label: str, rows: list[Row]) -> bool:
-    """Print the family's figures; whether it meets every bar."""
+@dataclass(frozen=True)
+class Summary:
+    """A family's figures against the bars: value against priority-easy's, service level
+    against fifo's, the services' GPU-steps against the static reservation's."""
+
+    label: str
+    n: int
+    at_least: int  # instances whose value is at least priority-easy's
+    gain: float  # mean value change over priority-easy's, percent
+    worst: float
+    sl_ok: int  # instances within SL_SLACK points of fifo's service level
+    level: float  # mean real-time service level, gpuroster, percent
+    fifo_level: float
+    within: int  # instances whose demand never passed the static reservation
+    held_ok: int  # of those, where the services held at most its GPU-steps
+    held: float  # mean GPU-steps held over the static reservation's
+    bound: float | None  # mean share of the value bound, where it solved
+    easy_bound: float | None
+
+    def met(self) -> bool:
+        return (self.at_least >= 0.9 * self.n and self.gain >= 3.0
+                and self.sl_ok >= 0.97 * self.n and self.held_ok == self.within
+                and (self.bound is None or self.bound >= 0.92))
+
+
+def summarize(label: str, rows: list[Row]) -> Summary:
     gain = [100.0 * (r.value["gpuroster"] / r.value["priority-easy"] - 1.0) for r in rows]
-    at_least = sum(r.value["gpuroster"] >= r.value["priority-easy"] - 1e-9 for r in rows)
-    sl_ok = sum(r.level["gpuroster"] >= r.level["fifo"] - SL_SLACK for r in rows)
     within = [r for r in rows if r.within]
-    held_ok = sum(r.held <= r.static for r in within)
-    n = len(rows)
-    print(f"{label}: {n} instances")
-    print(f"  value >= priority-easy's: {at_least}/{n} ({100.0 * at_least / n:.0f}%); "
-          f"mean {statistics.mean(gain):+.2f}%, worst {min(gain):+.2f}%, best {max(gain):+.2f}%")
-    print(f"  service level within {SL_SLACK} points of fifo's: {sl_ok}/{n} "
-          f"({100.0 * sl_ok / n:.0f}%); mean gpuroster "
-          f"{statistics.mean(r.level['gpuroster'] for r in rows):.2f}%, fifo "
-          f"{statistics.mean(r.level['fifo'] for r in rows):.2f}%")
-    print(f"  demand within the static reservation on {len(within)}; services held at most "
-          f"its GPU-steps on {held_ok}/{len(within)}; held/static mean "
-          f"{statistics.mean(r.held / max(1, r.static) for r in rows):.3f}")
-    bounded = [r for r in rows if r.bound]
-    share = None
-    if bounded:
-        share = statistics.mean(r.value["gpuroster"] / r.bound for r in bounded if r.bound)
-        easy = statistics.mean(r.value["priority-easy"] / r.bound for r in bounded if r.bound)
-        print(f"  value of the bound ({len(bounded)} solved): gpuroster {100 * share:.1f}%, "
-              f"priority-easy {100 * easy:.1f}%")
-    return (at_least >= 0.9 * n and statistics.mean(gain) >= 3.0 and sl_ok >= 0.97 * n
-            and held_ok == len(within) and (share is None or share >= 0.92))
+    bounded = [(r.value, r.bound) for r in rows if r.bound]
+    return Summary(
+        label, len(rows),
+        sum(r.value["gpuroster"] >= r.value["priority-easy"] - 1e-9 for r in rows),
+        statistics.mean(gain), min(gain),
+        sum(r.level["gpuroster"] >= r.level["fifo"] - SL_SLACK for r in rows),
+        statistics.mean(r.level["gpuroster"] for r in rows),
+        statistics.mean(r.level["fifo"] for r in rows),
+        len(within), sum(r.held <= r.static for r in within),
+        statistics.mean(r.held / max(1, r.static) for r in rows),
+        statistics.mean(v["gpuroster"] / b for v, b in bounded) if bounded else None,
+        statistics.mean(v["priority-easy"] / b for v, b in bounded) if bounded else None)
+
+
+def report(x: Summary) -> None:
+    n = x.n
+    print(f"{x.label}: {n} instances")
+    print(f"  value >= priority-easy's: {x.at_least}/{n} ({100.0 * x.at_least / n:.0f}%); "
+          f"mean {x.gain:+.2f}%, worst {x.worst:+.2f}%")
+    print(f"  service level within {SL_SLACK} points of fifo's: {x.sl_ok}/{n} "
+          f"({100.0 * x.sl_ok / n:.0f}%); mean gpuroster {x.level:.2f}%, fifo {x.fifo_level:.2f}%")
+    print(f"  demand within the static reservation on {x.within}; services held at most its "
+          f"GPU-steps on {x.held_ok}/{x.within}; held/static mean {x.held:.3f}")
+    if x.bound is not None and x.easy_bound is not None:
+        print(f"  value of the bound: gpuroster {100 * x.bound:.1f}%, "
+              f"priority-easy {100 * x.easy_bound:.1f}%")
+
+
+def markdown(traffic_rows: list[str], summaries: list[Summary]) -> str:
+    """The two tables `make results` publishes: the families' traffic, and the bars."""
+    out = ["| family | pods 1-GPU | run median / p90 (h) | pods a day | demand CV | "
+           "peak / mean | forecast error (of peak) | forecast under demand |",
+           "|---|---|---|---|---|---|---|---|", *traffic_rows, "",
+           "| family | instances | value >= priority-easy | value vs priority-easy (mean, worst) "
+           "| service level within 0.5 pt of fifo | held <= static where demand stayed within "
+           "| held / static |",
+           "|---|---|---|---|---|---|---|"]
+    for x in summaries:
+        out.append(f"| {x.label} | {x.n} | {100.0 * x.at_least / x.n:.0f}% | {x.gain:+.2f}%, "
+                   f"{x.worst:+.2f}% | {100.0 * x.sl_ok / x.n:.0f}% ({x.level:.2f}% vs "
+                   f"{x.fifo_level:.2f}%) | {x.held_ok}/{x.within} | {x.held:.3f} |")
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wrong", type=int, default=0, help="also N of each wrong-forecast family")
     p.add_argument("--bound", action="store_true", help="also the value upper bound (slow)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--markdown", action="store_true", help="print the two published tables")
     p.add_argument("--verbose", action="store_true", help="a line per instance")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a gpuroster option (`allocating.Options`), as a Python literal")
@@ -127,18 +174,26 @@ def main(argv: list[str] | None = None) -> int:
         trace = wrongforecasts.Jobs(mix="trace", estimate_error=0.5, burst=0.5)
         sets.append(("trace-shaped day-earlier",
                      wrongforecasts.day_earlier(a.wrong, 600, jobs=trace)))
-    ok = True
+    traffic_rows: list[str] = []
+    summaries: list[Summary] = []
     with multiprocessing.Pool(a.workers) as pool:
         for label, scenarios in sets:
             t0 = time.perf_counter()
             if label.split()[0] in traffic.FAMILIES:
                 st = traffic.stats(scenarios)
-                print(f"{label} traffic: pods 1-GPU {100 * st.one_gpu_share:.1f}%, run median "
-                      f"{st.run_median_hours:.2f} h p90 {st.run_p90_hours:.2f} h, "
-                      f"{st.pods_per_day:.0f} pods a day; demand CV {st.demand_cv:.2f}, "
-                      f"peak/mean {st.peak_over_mean:.2f}, forecast error "
-                      f"{100 * st.forecast_error_of_peak:.1f}% of peak, under on "
-                      f"{100 * st.under_share:.0f}% of steps")
+                line = (f"pods 1-GPU {100 * st.one_gpu_share:.1f}%, run median "
+                        f"{st.run_median_hours:.2f} h p90 {st.run_p90_hours:.2f} h, "
+                        f"{st.pods_per_day:.0f} pods a day; demand CV {st.demand_cv:.2f}, "
+                        f"peak/mean {st.peak_over_mean:.2f}, forecast error "
+                        f"{100 * st.forecast_error_of_peak:.1f}% of peak, under on "
+                        f"{100 * st.under_share:.0f}% of steps")
+                traffic_rows.append(
+                    f"| {label} | {100 * st.one_gpu_share:.1f}% | {st.run_median_hours:.2f} / "
+                    f"{st.run_p90_hours:.2f} | {st.pods_per_day:.0f} | {st.demand_cv:.2f} | "
+                    f"{st.peak_over_mean:.2f} | {100 * st.forecast_error_of_peak:.1f}% | "
+                    f"{100 * st.under_share:.0f}% |")
+                if not a.markdown:
+                    print(f"{label} traffic: {line}")
             rows = pool.map(_run, [(s, a.bound, options) for s in scenarios], chunksize=1)
             if a.verbose:
                 for r in rows:
@@ -146,11 +201,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r.value['priority-easy']:.0f} fifo {r.value['fifo']:.0f}; level "
                           f"{r.level['gpuroster']:.2f} vs fifo {r.level['fifo']:.2f}; held "
                           f"{r.held}/{r.static}{' within' if r.within else ''}")
-            ok &= report(label, rows)
-            print(f"  ({time.perf_counter() - t0:.0f} s)")
-    print("every bar met" if ok else "some bar missed")
+            summaries.append(summarize(label, rows))
+            if not a.markdown:
+                report(summaries[-1])
+                print(f"  ({time.perf_counter() - t0:.0f} s)")
+    if a.markdown:
+        print(markdown(traffic_rows, summaries))
+    else:
+        missed = [x.label for x in summaries if not x.met()]
+        print("every bar met" if not missed else f"bars missed on: {', '.join(missed)}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,9 +30,9 @@ def _load(command: str) -> Callable[[Sequence[str]], int] | None:
 
         return benchmarking.main
     if command == "check":
-        from extender import benchmarking
+        from extender import checking
 
-        return benchmarking.check_main
+        return checking.check_main
     if command in ("serve", "plan"):
         import extender.controller.main as controller_main
 

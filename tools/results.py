@@ -53,6 +53,7 @@ BLOCKS = {
     "full": Block("gpuroster bench --quiet --policies fifo,gpuroster --full --markdown full", 6),
     "slo": Block("python bench/slo.py --count 100 --markdown", 1),
     "steps": Block("python bench/steps.py --markdown", 1),
+    "traffic": Block("python bench/traffic.py --count 100 --held-out 50 --wrong 100 --markdown", 8),
 }
 
 # The README's picture of the grid carries figures in its titles: drawn by the same run.
