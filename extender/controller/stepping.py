@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender import config, metrics
-from extender.adapter import kube, snapshot, watching
+from extender.adapter import dra, kube, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import (
     demand,
@@ -98,6 +98,7 @@ class Controller:
         self.shadow = shadowing.Observer(settings) if settings.shadow else None
         self.view: dict[str, Any] = {}
         self.state: metrics.StepState | None = None
+        self._dra_problems: dict[str, str] = {}  # pod -> why its claims are not planned
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -226,7 +227,15 @@ class Controller:
 
     def take_snapshot(self) -> snapshot.Snapshot:
         c = self.cache
-        return snapshot.build(c.items("nodes"), c.items("pods"), c.items("deployments"),
+        nodes, pods = c.items("nodes"), c.items("pods")
+        if self.settings.dra:  # DRA devices and claims, read as GPUs and GPU requests
+            nodes, pods, problems = dra.view(nodes, pods, c.items("resourceslices"),
+                                             c.items("resourceclaims"))
+            for k, why in problems.items():
+                if self._dra_problems.get(k) != why:
+                    log.warning("pod %s is not planned: %s", k, why)
+            self._dra_problems = problems
+        return snapshot.build(nodes, pods, c.items("deployments"),
                               c.items("configmaps"), self.settings, c.assumed(),
                               self.settings.namespaces, c.items("priorityclasses"))
 

@@ -1,0 +1,94 @@
+"""DRA mode: an admitted gang's claims are allocated its planned devices before its
+gates lift; a planned device held outside the plan stops the admission, with an Event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.adapter import annotations as ann
+from extender.adapter import dra
+from tests.controller.test_stepping import Rig
+from tests.kubefake import FakeKube, claim, dra_node, make_pod, resource_slice
+
+Obj = dict[str, Any]
+GATE = "gpuroster.io/admission"
+
+
+def dra_rig(nodes: int = 2) -> Rig:
+    fake = FakeKube()
+    for i in range(nodes):
+        fake.add("nodes", dra_node(i))
+        fake.add("resourceslices", resource_slice(i))
+    return Rig(fake=fake, gpus="dra")
+
+
+def dra_gang(fake: FakeKube, name: str, pods: int, gpus: int) -> list[str]:
+    keys = []
+    for i in range(pods):
+        pod = f"{name}-{i}"
+        fake.add("pods", make_pod(pod).claims(gpus).gang(name, pods).duration("60s")
+                 .gated(GATE).build())
+        fake.add("resourceclaims", claim(pod, gpus))
+        keys.append(f"ns/{pod}")
+    return keys
+
+
+def devices(fake: FakeKube, pod_key: str) -> list[str]:
+    return dra.held_by(fake.objects["resourceclaims"][f"{pod_key}-gpus"])
+
+
+def test_an_admitted_gangs_claims_hold_its_planned_devices_before_its_gates_lift() -> None:
+    rig = dra_rig()
+    order: list[tuple[str, ...]] = []
+    keys = dra_gang(rig.fake, "g", 2, 2)
+    rig.fake.calls = order
+    rig.step()
+    for k in keys:
+        notes = rig.notes(k)
+        assert ann.BLOCK in notes and "schedulingGates" not in rig.fake.pod(k)["spec"]
+        node = notes[ann.NODE]
+        assert {d.split("/")[0] for d in devices(rig.fake, k)} == {node}
+        # each claim written before its pod's gate was lifted
+        assert order.index(("claim", f"{k}-gpus")) < order.index(("patch", k))
+    held = devices(rig.fake, keys[0]) + devices(rig.fake, keys[1])
+    assert len(set(held)) == 4
+    # the block's four GPUs, in device index order: the plan's offsets are the devices
+    block = ann.parse_block(rig.notes(keys[0])[ann.BLOCK], {"gpu-node-0": 0, "gpu-node-1": 1}, 8)
+    assert held == [f"gpu-node-{i // 8}/gpu-{i % 8}" for i in block.gpus()]
+
+
+def test_a_planned_device_held_outside_the_plan_stops_the_admission_and_says_so() -> None:
+    rig = dra_rig(nodes=1)
+    other = claim("elsewhere", 1)
+    (devs,) = dra.node_devices(rig.fake.objects["resourceslices"].values()).values()
+    other["status"] = dra.allocation(other, "gpu-node-0", devs[0:1])["status"]
+    rig.fake.add("resourceclaims", other)
+    (k,) = dra_gang(rig.fake, "big", 1, 8)
+    r = rig.step()
+    assert ann.BLOCK not in rig.notes(k)
+    assert rig.fake.pod(k)["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert not devices(rig.fake, k)
+    assert "big" not in " ".join(r.admitted)
+    (event,) = [e for e in rig.fake.events if e["reason"] == "ClaimNotAllocated"]
+    assert "gpu-node-0/gpu-0 (claim ns/elsewhere-gpus)" in event["message"]
+    assert event["type"] == "Warning"
+
+
+def test_a_claim_left_allocated_by_a_half_done_admission_is_given_the_planned_devices() -> None:
+    rig = dra_rig(nodes=1)
+    (k,) = dra_gang(rig.fake, "g", 1, 2)
+    c = rig.fake.objects["resourceclaims"][f"{k}-gpus"]
+    (devs,) = dra.node_devices(rig.fake.objects["resourceslices"].values()).values()
+    c["status"] = dra.allocation(c, "gpu-node-0", devs[6:8])["status"]  # not reserved
+    rig.step()
+    assert ann.BLOCK in rig.notes(k)
+    block = ann.parse_block(rig.notes(k)[ann.BLOCK], {"gpu-node-0": 0}, 8)
+    assert devices(rig.fake, k) == [f"gpu-node-0/gpu-{i}" for i in block.gpus()]
+
+
+def test_device_plugin_mode_writes_no_claim() -> None:
+    plain = Rig()
+    plain.fake.add("pods", make_pod("p").gpus(2).gang("p", 1).duration("60s").build())
+    plain.step()
+    assert not any(c[0] == "claim" for c in plain.fake.calls)
+    assert ann.BLOCK in plain.notes("ns/p")
