@@ -221,6 +221,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_PROMETHEUS_URL": "",
         "GPUROSTER_LOG_LEVEL": "info",
         "GPUROSTER_SHADOW": "false",
+        "GPUROSTER_GPUS": "device-plugin",
         "GPUROSTER_PORT": "8888",
         "GPUROSTER_BIND_ADDRESS": "0.0.0.0",
         "GPUROSTER_LEADER_ELECT": "false",
@@ -863,3 +864,29 @@ def test_the_local_clusters_shadow_stanza_is_the_charts(tmp_path: Any) -> None:
             "managedResources")
     assert {k: mine.get(k) for k in keys} == {k: charts.get(k) for k in keys}
     assert mine.get("bindVerb") is None and mine["ignorable"] is True
+
+
+def test_dra_mode_adds_only_the_claims_and_slices_it_reads_and_the_claim_status_it_writes(
+) -> None:
+    """gpus: dra: GPUROSTER_GPUS=dra; read ResourceSlices (cluster) and ResourceClaims,
+    patch resourceclaims/status (not in shadow mode); nothing more than device-plugin
+    mode otherwise. The default grants nothing of resource.k8s.io."""
+    from extender import config
+
+    r = rendering.template({"gpus": "dra"}, namespace=NS)
+    env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
+    assert config.load([], env=env).dra
+    dra = {("resource.k8s.io", "resourceclaims", v, "*") for v in ("get", "list", "watch")}
+    dra.add(("resource.k8s.io", "resourceclaims/status", "patch", "*"))
+    assert rules_of(r.one("ClusterRole", f"{CLUSTER}-workloads")) == WORKLOAD_GRANTS | dra
+    slices = {("resource.k8s.io", "resourceslices", v, "*") for v in ("get", "list", "watch")}
+    assert slices <= rules_of(r.one("ClusterRole", f"{CLUSTER}-nodes"))
+    shadow = rendering.template({"gpus": "dra", "shadow": True}, namespace=NS)
+    assert ("resource.k8s.io", "resourceclaims/status", "patch", "*") not in rules_of(
+        shadow.one("ClusterRole", f"{CLUSTER}-workloads"))
+    d = rendering.template(namespace=NS)
+    assert env_of(container(d.one("Deployment", FULL), "gpuroster"))["GPUROSTER_GPUS"] == \
+        "device-plugin"
+    for role in d.all("ClusterRole") + d.all("Role"):
+        assert all(g[0] != "resource.k8s.io" for g in rules_of(role)), role
+    assert "dra" in rendering.template_error({"gpus": "mig"})

@@ -229,6 +229,17 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
+{{- if eq .Values.gpus "dra" }}
+# DRA mode: the pods' claims, and the allocation of an admitted gang's claims.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["get", "list", "watch"]
+{{- if not .Values.shadow }}
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims/status"]
+  verbs: ["patch"]
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The second scheduler's whole KubeSchedulerConfiguration. */}}
