@@ -270,6 +270,10 @@ class Writer:
         pod already uses, raise ClaimError and nothing is written."""
         claims = {ann.key(c): c for c in self.cache.items("resourceclaims")}
         mine = [c for c in dra.claims_of(pod, claims) if dra.gpu_requests(c)]
+        if not mine:
+            # nvidia.com/gpu served through DRA: kube-scheduler makes and allocates the
+            # claim itself in PreBind; the plan holds the node, not the devices.
+            return
         devices = dra.node_devices(self.cache.items("resourceslices")).get(node, [])
         gpus = sum(n for c in mine for _, n in dra.gpu_requests(c))
         if len(offsets) != gpus or any(i >= len(devices) for i in offsets):

@@ -86,6 +86,15 @@ def test_a_claim_left_allocated_by_a_half_done_admission_is_given_the_planned_de
     assert devices(rig.fake, k) == [f"gpu-node-0/gpu-{i}" for i in block.gpus()]
 
 
+def test_a_pod_asking_nvidia_gpu_on_a_dra_cluster_is_admitted_with_no_claim_written() -> None:
+    # the extended-resource mapping: kube-scheduler makes its claim in PreBind
+    rig = dra_rig(nodes=1)
+    rig.fake.add("pods", make_pod("p").gpus(2).gang("p", 1).duration("60s").build())
+    rig.step()
+    assert ann.BLOCK in rig.notes("ns/p")
+    assert not any(c[0] == "claim" for c in rig.fake.calls)
+
+
 def test_device_plugin_mode_writes_no_claim() -> None:
     plain = Rig()
     plain.fake.add("pods", make_pod("p").gpus(2).gang("p", 1).duration("60s").build())
