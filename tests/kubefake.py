@@ -157,6 +157,13 @@ class FakeKube:
         status["allocation"] = new
         return self.add("resourceclaims", claim)
 
+    def patch_claim(self, namespace: str, name: str, patch: Obj) -> Obj:
+        k = f"{namespace}/{name}"
+        self.calls.append(("claim-meta", k))
+        claim = copy.deepcopy(self.objects["resourceclaims"][k])
+        claim["metadata"]["finalizers"] = patch["metadata"]["finalizers"]
+        return self.add("resourceclaims", claim)
+
     def create_event(self, namespace: str, body: Obj) -> None:
         self.events.append(body)
 

@@ -29,6 +29,9 @@ from extender.adapter import annotations as ann
 
 Obj = dict[str, Any]
 DRIVER = "gpu.nvidia.com"
+# What kube-scheduler puts on a claim it allocates: kube-controller-manager clears the
+# allocation of an unreserved claim, and lets a claim go, only with it.
+FINALIZER = "resource.kubernetes.io/delete-protection"
 DEVICE_CLASS = "gpu.nvidia.com"
 # Devices that share this (int) attribute share an NVLink domain.
 NVLINK_ATTRIBUTE = "nvlinkDomain"
@@ -192,9 +195,20 @@ def held_by(claim: Obj) -> list[str]:
             if r.get("driver") == DRIVER]
 
 
-def allocation(claim: Obj, node: str, devices: list[Obj]) -> Obj:
+def finalizer_patch(claim: Obj) -> Obj | None:
+    """The metadata patch adding `FINALIZER` (None: it is there)."""
+    have = list((claim.get("metadata") or {}).get("finalizers") or [])
+    if FINALIZER in have:
+        return None
+    return {"metadata": {"finalizers": [*have, FINALIZER],
+                         "resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")}}
+
+
+def allocation(claim: Obj, node: str, devices: list[Obj], when: str | None = None) -> Obj:
     """The status patch that allocates ``devices`` (on ``node``, in order) to the claim's
-    GPU requests, in the order of its requests."""
+    GPU requests, in the order of its requests. ``when``: the allocation time (RFC 3339);
+    kube-scheduler sets one when it reserves a claim that has none, which the API
+    server refuses as a change to the allocation, so an allocation must carry it."""
     results = []
     at = 0
     for request, count in gpu_requests(claim):
@@ -205,8 +219,11 @@ def allocation(claim: Obj, node: str, devices: list[Obj]) -> Obj:
     if at != len(devices):
         raise ClaimError(f"claim {ann.key(claim)} requests {at} GPUs, the plan gives "
                          f"{len(devices)}")
-    return {"status": {"allocation": {
+    out: Obj = {
         "devices": {"results": results},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
-    }}}
+    }
+    if when is not None:
+        out["allocationTimestamp"] = when
+    return {"status": {"allocation": out}}

@@ -56,6 +56,8 @@ class Kube(Protocol):
     def patch_claim_status(self, namespace: str, name: str,
                            patch: dict[str, Any]) -> dict[str, Any]: ...
 
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
 
 class Client:
     """`Kube` over the official client. `kubeconfig` empty: in-cluster config."""
@@ -171,6 +173,14 @@ class Client:
             doc: dict[str, Any] = json.loads(resp.data)
             return doc
 
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        with _errors():
+            resp = self.resource.patch_namespaced_resource_claim(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE,
+                field_manager=FIELD_MANAGER, _request_timeout=self.timeout)
+            doc: dict[str, Any] = json.loads(resp.data)
+            return doc
+
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         with _errors():
             self.core.patch_namespaced_pod_status(name, namespace, patch,
@@ -259,6 +269,9 @@ class ReadOnly:
     def patch_claim_status(self, namespace: str, name: str,
                            patch: dict[str, Any]) -> dict[str, Any]:
         raise self._refuse("patch_status", f"resourceclaim {namespace}/{name}")
+
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse("patch", f"resourceclaim {namespace}/{name}")
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         raise self._refuse("create_event", f"an Event in {namespace}")

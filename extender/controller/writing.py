@@ -300,7 +300,12 @@ class Writer:
                 if (claim.get("status") or {}).get("reservedFor"):
                     raise dra.ClaimError(f"claim {ck} is allocated other devices and in use")
                 self.client.patch_claim_status(ns, name, {"status": {"allocation": None}})
-            new = self.client.patch_claim_status(ns, name, dra.allocation(claim, node, part))
+            fin = dra.finalizer_patch(claim)
+            if fin is not None:  # before the allocation, as kube-scheduler does
+                claim = self.client.patch_claim(ns, name, fin)
+            new = self.client.patch_claim_status(
+                ns, name, dra.allocation(claim, node, part,
+                                         snapshot.format_time(self.clock.now())[:19] + "Z"))
             if isinstance(new, dict) and new.get("metadata"):
                 self.cache.put("resourceclaims", new)
             log.info("claim %s of pod %s allocated %s", ck, ann.key(pod), ", ".join(ids))

@@ -50,6 +50,9 @@ def test_an_admitted_gangs_claims_hold_its_planned_devices_before_its_gates_lift
         assert {d.split("/")[0] for d in devices(rig.fake, k)} == {node}
         # each claim written before its pod's gate was lifted
         assert order.index(("claim", f"{k}-gpus")) < order.index(("patch", k))
+        c = rig.fake.objects["resourceclaims"][f"{k}-gpus"]
+        assert c["metadata"]["finalizers"] == [dra.FINALIZER]
+        assert c["status"]["allocation"]["allocationTimestamp"].endswith("Z")
     held = devices(rig.fake, keys[0]) + devices(rig.fake, keys[1])
     assert len(set(held)) == 4
     # the block's four GPUs, in device index order: the plan's offsets are the devices

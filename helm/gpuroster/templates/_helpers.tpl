@@ -235,6 +235,10 @@ read and scale real-time Deployments, read demand ConfigMaps.
   resources: ["resourceclaims"]
   verbs: ["get", "list", "watch"]
 {{- if not .Values.shadow }}
+# the finalizer kube-scheduler also puts on a claim it allocates
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["patch"]
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims/status"]
   verbs: ["patch"]
