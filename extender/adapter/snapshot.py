@@ -209,8 +209,12 @@ def pod_live(pod: Obj) -> bool:
 def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
           configmaps: Iterable[Obj], settings: config.Settings,
           assumed: Mapping[str, str] | None = None,
-          namespaces: Iterable[str] = (), priority_classes: Iterable[Obj] = ()) -> Snapshot:
+          namespaces: Iterable[str] = (), priority_classes: Iterable[Obj] = (),
+          problems: Mapping[str, str] | None = None) -> Snapshot:
+    """`problems`: pod key -> why the pod's GPUs cannot be read (its DRA claims): a
+    pending such pod is a broken gang of its own, told why and never planned."""
     assumed = assumed or {}
+    problems = problems or {}
     pcs = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
     managed = set(namespaces)
     gpu_nodes = sorted((n for n in nodes if _allocatable_gpus(n) > 0), key=_order)
@@ -258,6 +262,9 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     broken: dict[str, Gang] = {}
     for k, p in all_pods.items():
         pspec = p.get("spec") or {}
+        if k in problems and in_scope(p) and pod_live(p) and not pspec.get("nodeName"):
+            broken[k] = Gang(name=k, pods=[p], error=problems[k])
+            continue
         try:
             gpus = ann.pod_gpus(pspec)
         except ann.AnnotationError:

@@ -228,6 +228,7 @@ class Controller:
     def take_snapshot(self) -> snapshot.Snapshot:
         c = self.cache
         nodes, pods = c.items("nodes"), c.items("pods")
+        problems: dict[str, str] = {}
         if self.settings.dra:  # DRA devices and claims, read as GPUs and GPU requests
             nodes, pods, problems = dra.view(nodes, pods, c.items("resourceslices"),
                                              c.items("resourceclaims"))
@@ -237,7 +238,8 @@ class Controller:
             self._dra_problems = problems
         return snapshot.build(nodes, pods, c.items("deployments"),
                               c.items("configmaps"), self.settings, c.assumed(),
-                              self.settings.namespaces, c.items("priorityclasses"))
+                              self.settings.namespaces, c.items("priorityclasses"),
+                              problems)
 
     def plan_input(self, snap: snapshot.Snapshot,
                    step: int) -> tuple[model.PlanInput, dict[str, str]]:

@@ -104,3 +104,21 @@ def test_device_plugin_mode_writes_no_claim() -> None:
     plain.step()
     assert not any(c[0] == "claim" for c in plain.fake.calls)
     assert ann.BLOCK in plain.notes("ns/p")
+
+
+def test_a_pod_whose_claim_gpuroster_cannot_plan_is_told_why_and_nothing_else_moves() -> None:
+    rig = dra_rig(nodes=1)
+    rig.fake.add("pods", make_pod("all").claims(1).gang("all", 1).duration("60s")
+                 .gated(GATE).build())
+    bad = claim("all", 1)
+    bad["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
+    rig.fake.add("resourceclaims", bad)
+    (k,) = dra_gang(rig.fake, "g", 1, 2)
+    rig.step()
+    assert ann.BLOCK in rig.notes(k)  # the good gang is admitted as ever
+    assert ann.BLOCK not in rig.notes("ns/all")
+    assert rig.fake.pod("ns/all")["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert not dra.held_by(rig.fake.objects["resourceclaims"]["ns/all-gpus"])
+    told = [e["message"] for e in rig.fake.events
+            if e["involvedObject"]["name"] == "all"]
+    assert any("allocationMode All" in m for m in told), told
