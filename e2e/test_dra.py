@@ -114,6 +114,13 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
         four = [gang_pod(dra_cluster, ns, "four", i, 2, "gpus-2") for i in range(2)]
         pods = wait_for(lambda: bound(dra_cluster, ns, four), 60, "gang four bound",
                         every=0.5)
+
+        def shown() -> Any:  # the plan reads the devices back from the claims
+            job = ext.get("/plan")["jobs"].get(f"{ns}/four") or {}
+            held = job.get("devices") or {}
+            return job if len(held) == 2 and all(held.values()) else None
+
+        job = wait_for(shown, 20, "GET /plan showing gang four's devices", every=0.5)
     except AssertionError:
         raise AssertionError(f"gpuroster log:\n{ext.log()}") from None
     finally:
@@ -137,9 +144,12 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [p.metadata.uid]
         got += devices
     same = planned & set(got)
+    shown_devices = sorted(d for held in job["devices"].values() for d in held)
+    assert shown_devices == sorted(job["planned_devices"]) == sorted(f"{p}/{d}" for p, d in got)
     clusters.say(request, f"[dra] gang four (2 pods x 2 GPUs): planned block {label}: "
                  f"{len(planned)} devices planned, {len(got)} allocated, {len(same)} the same "
-                 f"({', '.join(d for _, d in sorted(got))})")
+                 f"({', '.join(d for _, d in sorted(got))}); /plan shows "
+                 f"{len(shown_devices)} held, {len(job['planned_devices'])} planned")
     assert len(got) == len(set(got)) == len(planned) == len(same) == 4
 
 

@@ -94,6 +94,22 @@ def _order(device: Obj) -> tuple[int, int, str]:
             index if isinstance(index, int) else 1 << 30, str(device.get("name")))
 
 
+def device_ids(slices: Iterable[Obj]) -> dict[str, list[str]]:
+    """node -> its GPU devices as "pool/device", in offset order."""
+    return {n: [f"{d['pool']}/{d['name']}" for d in ds] for n, ds in node_devices(slices).items()}
+
+
+def pod_devices(pods: Iterable[Obj], claims: Iterable[Obj]) -> dict[str, list[str]]:
+    """pod key -> the GPU devices its claims hold (pods that hold some)."""
+    by_key = {ann.key(c): c for c in claims}
+    out = {}
+    for p in pods:
+        held = [d for c in claims_of(p, by_key) for d in held_by(c)]
+        if held:
+            out[ann.key(p)] = held
+    return out
+
+
 def nvlink_domains(devices: list[Obj]) -> list[int] | None:
     """Each device's NVLink domain, in order; None when no device says."""
     domains = [_attr(d, NVLINK_ATTRIBUTE) for d in devices]

@@ -111,6 +111,21 @@ class Snapshot:
     foreign: dict[str, int]  # node -> GPUs held by pods outside the plan
     configmaps: dict[str, Obj]
     pods: dict[str, Obj]
+    # DRA mode: each node's GPU devices ("pool/device") in offset order, and the devices
+    # each pod's claims hold.
+    node_devices: dict[str, list[str]] = field(default_factory=dict)
+    devices: dict[str, list[str]] = field(default_factory=dict)
+
+    def block_devices(self, block: model.Block) -> list[str]:
+        """DRA mode: the devices a block stands for (those the nodes list)."""
+        g = self.cluster.gpus_per_node
+        out = []
+        for i in block.gpus():
+            listed = self.node_devices.get(self.nodes[i // g], []) if i // g < len(
+                self.nodes) else []
+            if i % g < len(listed):
+                out.append(listed[i % g])
+        return out
 
     def node_gpus(self, node: str) -> range:
         i = self.node_index[node]

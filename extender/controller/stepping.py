@@ -99,6 +99,7 @@ class Controller:
         self.view: dict[str, Any] = {}
         self.state: metrics.StepState | None = None
         self._dra_problems: dict[str, str] = {}  # pod -> why its claims are not planned
+        self._off_plan_seen: dict[str, str] = {}  # pod -> its devices outside its block
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -236,10 +237,33 @@ class Controller:
                 if self._dra_problems.get(k) != why:
                     log.warning("pod %s is not planned: %s", k, why)
             self._dra_problems = problems
-        return snapshot.build(nodes, pods, c.items("deployments"),
+        snap = snapshot.build(nodes, pods, c.items("deployments"),
                               c.items("configmaps"), self.settings, c.assumed(),
                               self.settings.namespaces, c.items("priorityclasses"),
                               problems)
+        if self.settings.dra:
+            snap.node_devices = dra.device_ids(c.items("resourceslices"))
+            snap.devices = dra.pod_devices(pods, c.items("resourceclaims"))
+            self._off_plan(snap)
+        return snap
+
+    def _off_plan(self, snap: snapshot.Snapshot) -> None:
+        """Log (once) an admitted pod whose claim holds devices outside its gang's block:
+        kube-scheduler reallocated it (its PostFilter may, when the planned node did not
+        fit), or something else wrote the claim."""
+        seen: dict[str, str] = {}
+        for g in snap.gangs.values():
+            if g.admission is None:
+                continue
+            planned = set(snap.block_devices(g.admission.block))
+            for k in g.pod_keys():
+                off = sorted(set(snap.devices.get(k, ())) - planned)
+                if off:
+                    seen[k] = ", ".join(off)
+                    if self._off_plan_seen.get(k) != seen[k]:
+                        log.warning("pod %s of gang %s holds devices outside its block: %s",
+                                    k, g.name, seen[k])
+        self._off_plan_seen = seen
 
     def plan_input(self, snap: snapshot.Snapshot,
                    step: int) -> tuple[model.PlanInput, dict[str, str]]:

@@ -122,3 +122,27 @@ def test_a_pod_whose_claim_gpuroster_cannot_plan_is_told_why_and_nothing_else_mo
     told = [e["message"] for e in rig.fake.events
             if e["involvedObject"]["name"] == "all"]
     assert any("allocationMode All" in m for m in told), told
+
+
+def test_the_plan_shows_each_running_pods_devices_and_a_move_off_the_block_is_logged(
+        caplog: Any) -> None:
+    rig = dra_rig(nodes=1)
+    keys = dra_gang(rig.fake, "g", 2, 1)
+    rig.step()
+    for k in keys:  # kube-scheduler binds them where the plan said
+        pod = rig.fake.pod(k)
+        pod["spec"]["nodeName"], pod["status"]["phase"] = "gpu-node-0", "Running"
+        rig.fake.add("pods", pod)
+    rig.advance()
+    job = rig.ctl.view["jobs"]["ns/g"]
+    assert job["planned_devices"] == sorted(d for k in keys for d in devices(rig.fake, k))
+    assert job["devices"] == {k: devices(rig.fake, k) for k in keys}
+    assert not [r for r in caplog.records if "outside its block" in r.message]
+    # the claim reallocated elsewhere on the node (kube-scheduler's PostFilter may)
+    c = rig.fake.objects["resourceclaims"][f"{keys[0]}-gpus"]
+    (devs,) = dra.node_devices(rig.fake.objects["resourceslices"].values()).values()
+    c["status"] = dra.allocation(c, "gpu-node-0", devs[7:8])["status"]
+    rig.fake.add("resourceclaims", c)
+    rig.advance()
+    (warn,) = [r for r in caplog.records if "outside its block" in r.message]
+    assert "gpu-node-0/gpu-7" in warn.getMessage()
