@@ -7,7 +7,7 @@ from typing import Any
 
 from extender.adapter import annotations as ann
 from extender.adapter import dra
-from tests.controller.test_stepping import Rig
+from tests.controller.test_stepping import Rig, end
 from tests.kubefake import FakeKube, claim, dra_node, make_pod, resource_slice
 
 Obj = dict[str, Any]
@@ -146,3 +146,20 @@ def test_the_plan_shows_each_running_pods_devices_and_a_move_off_the_block_is_lo
     rig.advance()
     (warn,) = [r for r in caplog.records if "outside its block" in r.message]
     assert "gpu-node-0/gpu-7" in warn.getMessage()
+
+
+def test_a_replacement_gets_the_devices_its_ended_member_left_in_the_block() -> None:
+    rig = dra_rig(nodes=1)
+    keys = dra_gang(rig.fake, "g", 2, 2)
+    rig.step()
+    left = devices(rig.fake, keys[0])
+    for k, phase in ((keys[0], "Failed"), (keys[1], "Running")):
+        end(rig, k, phase)
+    # kube-controller-manager deletes the claim of a pod that is done
+    rig.fake.delete("resourceclaims", f"{keys[0]}-gpus")
+    rig.fake.add("pods", make_pod("g-0-retry").claims(2).gang("g", 2).duration("60s")
+                 .gated(GATE).build())
+    rig.fake.add("resourceclaims", claim("g-0-retry", 2))
+    rig.advance()
+    assert rig.notes("ns/g-0-retry")[ann.BLOCK] == rig.notes(keys[1])[ann.BLOCK]
+    assert devices(rig.fake, "ns/g-0-retry") == left
