@@ -163,3 +163,16 @@ def test_a_replacement_gets_the_devices_its_ended_member_left_in_the_block() -> 
     rig.advance()
     assert rig.notes("ns/g-0-retry")[ann.BLOCK] == rig.notes(keys[1])[ann.BLOCK]
     assert devices(rig.fake, "ns/g-0-retry") == left
+
+
+def test_a_refused_claim_write_admits_nothing_and_the_next_round_tries_again() -> None:
+    rig = dra_rig(nodes=1)
+    (k,) = dra_gang(rig.fake, "g", 1, 2)
+    rig.fake.fail_claim.add(f"{k}-gpus")
+    r = rig.step()
+    assert "ns/g" not in r.admitted and ann.BLOCK not in rig.notes(k)
+    assert rig.fake.pod(k)["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert not devices(rig.fake, k)
+    rig.fake.fail_claim.clear()
+    assert rig.advance().admitted == ["ns/g"]
+    assert len(devices(rig.fake, k)) == 2
