@@ -176,3 +176,22 @@ def test_a_refused_claim_write_admits_nothing_and_the_next_round_tries_again() -
     rig.fake.fail_claim.clear()
     assert rig.advance().admitted == ["ns/g"]
     assert len(devices(rig.fake, k)) == 2
+
+
+def test_a_block_lies_in_one_nvlink_domain_even_when_domains_interleave() -> None:
+    fake = FakeKube()
+    fake.add("nodes", dra_node(0))
+    s = resource_slice(0)
+    for d in s["spec"]["devices"]:  # domain 0: even indices, domain 1: odd
+        d["attributes"]["nvlinkDomain"] = {"int": d["attributes"]["index"]["int"] % 2}
+    fake.add("resourceslices", s)
+    rig = Rig(fake=fake, gpus="dra")
+    (one,) = dra_gang(fake, "one", 1, 1)
+    rig.step()
+    (four,) = dra_gang(fake, "four", 1, 4)
+    rig.advance()
+    held = devices(fake, four)
+    assert len(held) == 4
+    parity = {int(d.rsplit("-", 1)[1]) % 2 for d in held}
+    assert len(parity) == 1, held  # one domain, not index order's 1-4 or 4-7
+    assert devices(fake, one)[0] not in held
