@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e import clusters
+from e2e import accounts, clusters
 from e2e.test_extender import Extender
 from extender.localcluster import Cluster, dradriver, objects
 from extender.localcluster.waiting import wait_for
@@ -83,6 +83,24 @@ def test_a_claim_template_pod_gets_its_gpus_allocated_by_kube_scheduler(
                  f"{', '.join(d for _, d in devices)}")
 
 
+def chart_account(cluster: Cluster, ns: str, tmp_path: Path) -> Path:
+    """The chart's ServiceAccount and RBAC for `gpus: dra` watching `ns` (rendered by
+    helm, applied as they are); a kubeconfig that authenticates as that account."""
+    import yaml
+
+    from tests.helm import rendering
+
+    r = rendering.template({"gpus": "dra", "config": {"namespaces": [ns]}}, namespace=ns)
+    wanted = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    docs = [d for d in r.objects if d["kind"] in wanted
+            and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "scheduler"]
+    rbac = tmp_path / "dra-rbac.yaml"
+    rbac.write_text(yaml.safe_dump_all(docs))
+    cluster.kubectl("apply", "-f", str(rbac))
+    return accounts.service_account_kubeconfig(cluster, ns, "gr-gpuroster",
+                                               tmp_path / "dra.kubeconfig")
+
+
 def gang_pod(cluster: Cluster, ns: str, gang: str, i: int, size: int, template: str) -> str:
     notes = {"gpuroster.io/gang": gang, "gpuroster.io/gang-size": str(size),
              "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
@@ -104,7 +122,9 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
     for n in (1, 2):
         res.create_namespaced_resource_claim_template(
             ns, dradriver.render_claim_template(f"gpus-{n}", n))
-    ext = Extender(dra_cluster, ns, tmp_path, GPUROSTER_GPUS="dra")
+    # gpuroster runs as the chart's account for `gpus: dra`: what DRA mode needs is granted
+    kc = chart_account(dra_cluster, ns, tmp_path)
+    ext = Extender(dra_cluster, ns, tmp_path, GPUROSTER_GPUS="dra", GPUROSTER_KUBECONFIG=str(kc))
     ext.start()
     try:
         # One GPU first: a first-fit allocator would then give the 4-GPU gang devices

@@ -881,10 +881,13 @@ def test_dra_mode_adds_only_the_claims_and_slices_it_reads_and_the_claim_status_
     dra.add(("resource.k8s.io", "resourceclaims", "patch", "*"))
     assert rules_of(r.one("ClusterRole", f"{CLUSTER}-workloads")) == WORKLOAD_GRANTS | dra
     slices = {("resource.k8s.io", "resourceslices", v, "*") for v in ("get", "list", "watch")}
-    assert slices <= rules_of(r.one("ClusterRole", f"{CLUSTER}-nodes"))
+    slices.add(("resource.k8s.io", "resourceclaims/binding", "patch", "*"))
+    assert {g for g in rules_of(r.one("ClusterRole", f"{CLUSTER}-nodes"))
+            if g[0] == "resource.k8s.io"} == slices
     shadow = rendering.template({"gpus": "dra", "shadow": True}, namespace=NS)
-    assert {g[2] for g in rules_of(shadow.one("ClusterRole", f"{CLUSTER}-workloads"))
-            if g[0] == "resource.k8s.io"} == {"get", "list", "watch"}
+    for which in ("workloads", "nodes"):
+        assert {g[2] for g in rules_of(shadow.one("ClusterRole", f"{CLUSTER}-{which}"))
+                if g[0] == "resource.k8s.io"} == {"get", "list", "watch"}
     d = rendering.template(namespace=NS)
     assert env_of(container(d.one("Deployment", FULL), "gpuroster"))["GPUROSTER_GPUS"] == \
         "device-plugin"
