@@ -100,14 +100,55 @@ def device_ids(slices: Iterable[Obj]) -> dict[str, list[str]]:
 
 
 def pod_devices(pods: Iterable[Obj], claims: Iterable[Obj]) -> dict[str, list[str]]:
-    """pod key -> the GPU devices its claims hold (pods that hold some)."""
+    """pod key -> the GPU devices its claims hold (pods that hold some), the claim
+    kube-scheduler made for an ``nvidia.com/gpu`` request served by DRA included."""
     by_key = {ann.key(c): c for c in claims}
     out = {}
     for p in pods:
-        held = [d for c in claims_of(p, by_key) for d in held_by(c)]
+        held = [d for c in claims_of(p, by_key) + _extended_claim(p, by_key)
+                for d in held_by(c)]
         if held:
             out[ann.key(p)] = held
     return out
+
+
+def _extended_claim(pod: Obj, claims: Mapping[str, Obj]) -> list[Obj]:
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    st = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    name = st.get("resourceClaimName")
+    return [claims[f"{ns}/{name}"]] if name and f"{ns}/{name}" in claims else []
+
+
+def held_outside(pods: Iterable[Obj], claims: Iterable[Obj], slices: Iterable[Obj],
+                 planned: set[str]) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """The GPUs allocated to claims that are not the plan's, by identity:
+    (node -> their offsets, node -> how many of them bound pods hold).
+
+    ``planned``: the pods (keys) whose GPUs the plan already counts (gangs, services);
+    every other allocated claim holds GPUs the plan must leave alone, a claim of no
+    pod (allocated by hand, or whose pod is gone) included."""
+    claims = list(claims)
+    pods = list(pods)
+    where: dict[str, tuple[str, int]] = {}
+    for node, ids in device_ids(slices).items():
+        for i, d in enumerate(ids):
+            where[d] = (node, i)
+    by_pod = pod_devices(pods, claims)
+    bound = {ann.key(p) for p in pods
+             if (p.get("spec") or {}).get("nodeName")
+             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+    ours = {d for k, ds in by_pod.items() if k in planned for d in ds}
+    of_bound = {d for k, ds in by_pod.items() if k in bound and k not in planned for d in ds}
+    offsets: dict[str, list[int]] = {}
+    counted: dict[str, int] = {}
+    for d in sorted(allocated(claims)):
+        if d in ours or d not in where:
+            continue
+        node, i = where[d]
+        offsets.setdefault(node, []).append(i)
+        if d in of_bound:
+            counted[node] = counted.get(node, 0) + 1
+    return offsets, counted
 
 
 def nvlink_domains(devices: list[Obj]) -> list[int] | None:

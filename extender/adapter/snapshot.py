@@ -115,6 +115,9 @@ class Snapshot:
     # each pod's claims hold.
     node_devices: dict[str, list[str]] = field(default_factory=dict)
     devices: dict[str, list[str]] = field(default_factory=dict)
+    # DRA mode: GPUs (grid indices) that claims outside the plan hold, by identity; the
+    # pods among them are no longer in `foreign`, which can only count.
+    held: frozenset[int] = frozenset()
 
     def block_devices(self, block: model.Block) -> list[str]:
         """DRA mode: the devices a block stands for (those the nodes list)."""

@@ -182,8 +182,9 @@ class Cache:
             self.informers["priorityclasses"] = [Informer(client, "priorityclasses", None, **kw)]
         if dra:
             self.informers["resourceslices"] = [Informer(client, "resourceslices", None, **kw)]
-            self.informers["resourceclaims"] = [Informer(client, "resourceclaims", n, **kw)
-                                                for n in ns]
+            # Every namespace's claims: the devices they hold are the whole cluster's, not
+            # only the managed namespaces'.
+            self.informers["resourceclaims"] = [Informer(client, "resourceclaims", None, **kw)]
         self._assumed: dict[str, str] = {}  # pod key -> node
         self._lock = threading.Lock()
 

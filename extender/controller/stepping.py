@@ -245,7 +245,27 @@ class Controller:
             snap.node_devices = dra.device_ids(c.items("resourceslices"))
             snap.devices = dra.pod_devices(pods, c.items("resourceclaims"))
             self._off_plan(snap)
+            self._held_outside(snap, pods)
         return snap
+
+    def _held_outside(self, snap: snapshot.Snapshot, pods: list[dict[str, Any]]) -> None:
+        """DRA mode: the GPUs claims outside the plan hold, by identity, instead of a
+        count per node (the plan would otherwise take the node's first free GPUs as
+        theirs, plan a gang onto the ones really held, and have its claim refused)."""
+        planned = {k for g in snap.gangs.values() if g.admission is not None or g.placed
+                   for k in g.pod_keys()} | set(snap.pod_service)
+        offsets, counted = dra.held_outside(pods, self.cache.items("resourceclaims"),
+                                            self.cache.items("resourceslices"), planned)
+        g = snap.cluster.gpus_per_node
+        held: set[int] = set()
+        for node, idx in offsets.items():
+            if node in snap.node_index:
+                base = snap.node_index[node] * g
+                held.update(base + i for i in idx if i < g)
+        snap.held = frozenset(held)
+        for node, n in counted.items():
+            if node in snap.foreign:
+                snap.foreign[node] = max(0, snap.foreign[node] - n)
 
     def _off_plan(self, snap: snapshot.Snapshot) -> None:
         """Log (once) an admitted pod whose claim holds devices outside its gang's block:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from extender.adapter import annotations as ann
 from extender.adapter import dra
 from tests.controller.test_stepping import Rig, end
@@ -60,21 +62,39 @@ def test_an_admitted_gangs_claims_hold_its_planned_devices_before_its_gates_lift
     assert held == [f"gpu-node-{i // 8}/gpu-{i % 8}" for i in block.gpus()]
 
 
-def test_a_planned_device_held_outside_the_plan_stops_the_admission_and_says_so() -> None:
+@pytest.mark.parametrize(("with_pod", "held", "block"), [
+    (False, 1, 4),  # unseen before: a claim of no pod was not even counted
+    (True, 5, 0),  # a count per node made gpu-0 the held one, and the plan took 4-7
+], ids=["claim-alone", "bound-pod"])
+def test_gpus_held_outside_the_plan_are_planned_around_by_identity(with_pod: bool, held: int,
+                                                                   block: int) -> None:
     rig = dra_rig(nodes=1)
+    other = claim("elsewhere", 1, namespace="other")
+    (devs,) = dra.node_devices(rig.fake.objects["resourceslices"].values()).values()
+    other["status"] = dra.allocation(other, "gpu-node-0", devs[held:held + 1])["status"]
+    rig.fake.add("resourceclaims", other)
+    if with_pod:
+        rig.fake.add("pods", make_pod("elsewhere", "other").claims(1).on("gpu-node-0").build())
+    (k,) = dra_gang(rig.fake, "four", 1, 4)
+    rig.step()
+    assert rig.notes(k)[ann.BLOCK] == f"gpu-node-0:{block}-{block + 3}"
+    assert devices(rig.fake, k) == [f"gpu-node-0/gpu-{i}" for i in range(block, block + 4)]
+    assert not [e for e in rig.fake.events if e["reason"] == "ClaimNotAllocated"]
+
+
+def test_a_planned_device_held_outside_the_plan_stops_the_admission_and_says_so() -> None:
+    # The writer's own check, for a claim allocated after the round's snapshot was taken.
+    rig = dra_rig(nodes=1)
+    (k,) = dra_gang(rig.fake, "big", 1, 8)
+    rig.sync()
     other = claim("elsewhere", 1)
     (devs,) = dra.node_devices(rig.fake.objects["resourceslices"].values()).values()
     other["status"] = dra.allocation(other, "gpu-node-0", devs[0:1])["status"]
     rig.fake.add("resourceclaims", other)
-    (k,) = dra_gang(rig.fake, "big", 1, 8)
-    r = rig.step()
-    assert ann.BLOCK not in rig.notes(k)
-    assert rig.fake.pod(k)["spec"]["schedulingGates"] == [{"name": GATE}]
+    rig.sync()
+    with pytest.raises(dra.ClaimError, match=r"gpu-node-0/gpu-0 \(claim ns/elsewhere-gpus\)"):
+        rig.ctl.writer._allocate(rig.fake.pod(k), "gpu-node-0", range(8))
     assert not devices(rig.fake, k)
-    assert "big" not in " ".join(r.admitted)
-    (event,) = [e for e in rig.fake.events if e["reason"] == "ClaimNotAllocated"]
-    assert "gpu-node-0/gpu-0 (claim ns/elsewhere-gpus)" in event["message"]
-    assert event["type"] == "Warning"
 
 
 def test_a_claim_left_allocated_by_a_half_done_admission_is_given_the_planned_devices() -> None:

@@ -229,12 +229,8 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
-{{- if eq .Values.gpus "dra" }}
-# DRA mode: the pods' claims, and the allocation of an admitted gang's claims.
-- apiGroups: ["resource.k8s.io"]
-  resources: ["resourceclaims"]
-  verbs: ["get", "list", "watch"]
-{{- if not .Values.shadow }}
+{{- if and (eq .Values.gpus "dra") (not .Values.shadow) }}
+# DRA mode: the allocation of an admitted gang's claims (read cluster-wide).
 # the finalizer kube-scheduler also puts on a claim it allocates
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims"]
@@ -242,7 +238,6 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims/status"]
   verbs: ["patch"]
-{{- end }}
 {{- end }}
 {{- end }}
 
