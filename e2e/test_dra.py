@@ -101,11 +101,13 @@ def chart_account(cluster: Cluster, ns: str, tmp_path: Path) -> Path:
                                                tmp_path / "dra.kubeconfig")
 
 
-def gang_pod(cluster: Cluster, ns: str, gang: str, i: int, size: int, template: str) -> str:
+def gang_pod(cluster: Cluster, ns: str, gang: str, i: int, size: int, template: str,
+             node: str) -> str:
     notes = {"gpuroster.io/gang": gang, "gpuroster.io/gang-size": str(size),
              "gpuroster.io/expected-duration": "10m", "gpuroster.io/workload": "training"}
     body = dradriver.claim_pod(objects.pod(f"{gang}-{i}", annotations=notes), template)
     body["spec"]["schedulingGates"] = [{"name": GATE}]
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     cluster.core().create_namespaced_pod(ns, body)
     return f"{gang}-{i}"
 
@@ -115,10 +117,20 @@ def bound(cluster: Cluster, ns: str, names: list[str]) -> list[Any] | None:
     return pods if all(p.spec.node_name for p in pods) else None
 
 
+def idle_node(cluster: Cluster) -> str:
+    """A node none of whose devices any claim holds."""
+    claims = cluster.api().sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        resource(cluster).list_resource_claim_for_all_namespaces())
+    busy = {pool for c in claims["items"] if (c.get("status") or {}).get("allocation")
+            for pool, _ in allocated(c)}
+    return next(n for n in cluster.node_names() if n not in busy)
+
+
 def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
         dra_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     ns = dra_cluster.create_namespace("dra-gang")
     res = resource(dra_cluster)
+    node = idle_node(dra_cluster)  # both gangs there (nodeSelector): a known start
     for n in (1, 2):
         res.create_namespaced_resource_claim_template(
             ns, dradriver.render_claim_template(f"gpus-{n}", n))
@@ -129,9 +141,9 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
     try:
         # One GPU first: a first-fit allocator would then give the 4-GPU gang devices
         # 1..4; the plan gives it an aligned block of four.
-        one = [gang_pod(dra_cluster, ns, "one", 0, 1, "gpus-1")]
+        one = [gang_pod(dra_cluster, ns, "one", 0, 1, "gpus-1", node)]
         wait_for(lambda: bound(dra_cluster, ns, one), 60, "gang one bound", every=0.5)
-        four = [gang_pod(dra_cluster, ns, "four", i, 2, "gpus-2") for i in range(2)]
+        four = [gang_pod(dra_cluster, ns, "four", i, 2, "gpus-2", node) for i in range(2)]
         pods = wait_for(lambda: bound(dra_cluster, ns, four), 60, "gang four bound",
                         every=0.5)
 
@@ -148,8 +160,12 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
     label = pods[0].metadata.annotations["gpuroster.io/block"]
     m = re.fullmatch(r"(.+):(\d+)-(\d+)", label)
     assert m, label
-    node, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+    assert m.group(1) == node
+    lo, hi = int(m.group(2)), int(m.group(3))
     planned = {(node, f"gpu-{i}") for i in range(lo, hi + 1)}
+    (first,) = allocated(claim_of(dra_cluster, ns, "one-0"))
+    # what a first-fit allocator would have given: the four lowest free devices
+    first_fit = [f"gpu-{i}" for i in range(8) if f"gpu-{i}" != first[1]][:4]
     got: list[tuple[str, str]] = []
     for p in pods:
         assert p.spec.node_name == node
@@ -169,8 +185,10 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
     clusters.say(request, f"[dra] gang four (2 pods x 2 GPUs): planned block {label}: "
                  f"{len(planned)} devices planned, {len(got)} allocated, {len(same)} the same "
                  f"({', '.join(d for _, d in sorted(got))}); /plan shows "
-                 f"{len(shown_devices)} held, {len(job['planned_devices'])} planned")
+                 f"{len(shown_devices)} held, {len(job['planned_devices'])} planned; gang one "
+                 f"holds {first[1]}, first-fit would give {', '.join(first_fit)}")
     assert len(got) == len(set(got)) == len(planned) == len(same) == 4
+    assert lo % 4 == 0 and sorted(d for _, d in got) != first_fit  # an aligned block
 
 
 def test_a_pod_asking_nvidia_gpu_is_served_by_dra_on_the_planned_node(
