@@ -2,7 +2,8 @@
 
 Owns, for the decisions of a round's plan:
 - **admit** a gang whose planned start is now: write its admission on every pod
-  (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate lifted). A
+  (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate lifted; in DRA
+  mode, before those, its GPU claims allocated the block's devices). A
   written record is never undone: kube-scheduler may bind that pod at once. If a
   later pod's write fails, the gang is admitted all the same and its unwritten
   pods are written by the refill (this round and the next ones). A write with no
@@ -262,7 +263,7 @@ class Writer:
 
     def _allocate(self, pod: Obj, node: str, offsets: Sequence[int]) -> None:
         """DRA mode: allocate the pod's GPU claims the devices at ``offsets`` of ``node``
-        (its GPU devices in index order), before its gate is lifted.
+        (its GPU devices in offset order: `dra.node_devices`), before its gate is lifted.
 
         Idempotent: a claim that already holds exactly those devices is left alone; one
         allocated elsewhere but not yet reserved by a pod (an admission that failed
