@@ -3,7 +3,8 @@ real kube-scheduler's DRA plugin, and gpuroster allocating an admitted gang's cl
 
 A control plane of this module's own, built with `gpus="dra"`: its nodes advertise no
 nvidia.com/gpu; the fake driver (extender.localcluster.dradriver) publishes each
-node's GPUs as devices of driver gpu.nvidia.com and the DeviceClass gpu.nvidia.com.
+node's GPUs as devices of driver gpu.nvidia.com (two NVLink domains of four a node)
+and the DeviceClass gpu.nvidia.com.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ GATE = "gpuroster.io/admission"
 
 @pytest.fixture(scope="module")
 def dra_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    with clusters.running(request, "dra", nodes=2, gpus="dra") as c:
+    with clusters.running(request, "dra", nodes=2, gpus="dra", nvlink_domain_size=4) as c:
         yield c
 
 
@@ -59,6 +60,8 @@ def test_the_fake_driver_publishes_each_nodes_gpus_as_a_resource_slice(
     for s in slices.values():
         assert s.spec.driver == "gpu.nvidia.com" and len(s.spec.devices) == 8
         assert s.metadata.owner_references[0].kind == "Node"
+        # two NVLink domains of four: GPUs 0-3 and 4-7
+        assert [d.attributes["nvlinkDomain"].int for d in s.spec.devices] == [0] * 4 + [1] * 4
     assert res.read_device_class("gpu.nvidia.com").spec.selectors
     for n in dra_cluster.core().list_node().items:
         assert "nvidia.com/gpu" not in (n.status.allocatable or {})
@@ -189,6 +192,7 @@ def test_an_admitted_gangs_claims_hold_exactly_its_planned_devices(
                  f"holds {first[1]}, first-fit would give {', '.join(first_fit)}")
     assert len(got) == len(set(got)) == len(planned) == len(same) == 4
     assert lo % 4 == 0 and sorted(d for _, d in got) != first_fit  # an aligned block
+    assert len({int(d.split("-")[1]) // 4 for _, d in got}) == 1  # in one NVLink domain
 
 
 def test_a_pod_asking_nvidia_gpu_is_served_by_dra_on_the_planned_node(
