@@ -215,3 +215,14 @@ def test_a_block_lies_in_one_nvlink_domain_even_when_domains_interleave() -> Non
     parity = {int(d.rsplit("-", 1)[1]) % 2 for d in held}
     assert len(parity) == 1, held  # one domain, not index order's 1-4 or 4-7
     assert devices(fake, one)[0] not in held
+
+
+def test_a_two_node_gang_gets_every_device_of_both_nodes() -> None:
+    rig = dra_rig(nodes=3)
+    keys = dra_gang(rig.fake, "wide", 2, 8)
+    rig.step()
+    nodes = {rig.notes(k)[ann.NODE] for k in keys}
+    assert len(nodes) == 2
+    for k in keys:
+        node = rig.notes(k)[ann.NODE]
+        assert devices(rig.fake, k) == [f"{node}/gpu-{i}" for i in range(8)]
