@@ -2,6 +2,7 @@
 #
 #   make test            build (or reuse) the control plane, venv, chromium, unit + e2e tests
 #   make test-unit       unit tests only (no cluster)
+#   make test-flakes     the unit suite RUNS=20 times in random order on busy CPUs (1-5 min a run)
 #   make cluster-up      a local control plane in the background (make cluster-down)
 #   make -s cluster-kubeconfig   path of its admin kubeconfig
 #   make -s cluster-extender-port   port where its kube-scheduler calls the extender
@@ -12,7 +13,8 @@
 #   make bench-steps     fifo, priority-easy, gpuroster at 60, 30 and 15-minute steps (~30 s)
 #   make bench-cluster   the seven scenarios replayed on the local control plane
 #   make bench-peers     the same under fifo, the stock scheduler, Kueue (two ways) and gpuroster
-#   make lint            ruff, mypy --strict, import contracts, helm lint, hadolint
+#   make lint            ruff, mypy --strict, the words check, import contracts, helm lint, hadolint
+#   make results         rewrite the published simulator tables from their commands (~8 min)
 #   make bench-extender  extender verbs' p50/p99 over loopback, 1,000 nodes, 3 runs (worst judged)
 #   make load / soak     loopback load on the extender; 5-minute soak with memory check
 #   make bench-scale     5,000 pods over 512 fake GPU nodes through the real scheduler
@@ -33,8 +35,9 @@ PYTEST := $(PY) -m pytest
 # Every e2e test shares one cluster; a hung test must not hang CI.
 E2E_TIMEOUT ?= 900
 
-.PHONY: help manifests venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
-        cluster-status browser test test-unit test-e2e lint demo bench bench-slo bench-steps bench-cluster bench-peers
+.PHONY: help manifests results venv cluster-bin cluster-up cluster-down cluster-kubeconfig cluster-extender-port \
+        cluster-status browser test test-unit test-flakes test-e2e lint demo bench bench-slo bench-steps bench-cluster \
+        bench-peers
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -74,6 +77,17 @@ cluster-status:
 test-unit: venv
 	$(PYTEST) -m 'not e2e' tests
 
+# The flake hunt (docs/testing.md): the unit suite RUNS times, each shuffled with a seed
+# of its own, beside BURN CPU-burning processes; lists every test that failed with its
+# seeds and writes the result into RECORD (empty: nowhere). Not part of `make test`.
+RUNS ?= 20
+BURN ?= 2
+BUCKET ?= module
+RECORD ?= docs/testing.md
+test-flakes: venv
+	$(PY) bench/flakehunt.py --runs $(RUNS) --burn $(BURN) --bucket $(BUCKET) \
+		$(if $(RECORD),--record $(RECORD))
+
 test-e2e: venv cluster-bin browser
 	run=$$(date +%s)-$$$$; rc=0; \
 	GPUROSTER_RUN_ID=$$run $(PYTEST) -m e2e --timeout=$(E2E_TIMEOUT) --durations=10 e2e || rc=$$?; \
@@ -96,12 +110,20 @@ test: venv cluster-bin browser
 # --- quality gates -------------------------------------------------------------
 HELM = $$($(GPUROSTER) cluster bin-dir)/helm
 
-LINT = $(PY) -m ruff check extender tests e2e bench && $(PY) -m mypy extender tests e2e bench \
-	&& $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
+LINT = $(PY) -m ruff check extender tests e2e bench tools \
+	&& $(PY) -m mypy extender tests e2e bench tools \
+	&& $(PY) tools/check_words.py && $(VENV)/bin/lint-imports && $(HELM) lint --strict helm/gpuroster \
 	&& $(VENV)/bin/hadolint Containerfile
 
 lint: venv cluster-bin
 	$(LINT)
+
+# Every simulator table in README.md and docs/benchmarks.md, rewritten between its
+# markers by the command that measures it (tools/results.py; tests/test_results.py
+# fails when one differs). `make results RESULTS="seven steps"` for some of them.
+RESULTS ?=
+results: venv
+	$(PY) tools/results.py $(RESULTS)
 
 # The raw manifests (kubectl apply, no Helm): the chart's default render.
 manifests: venv cluster-bin

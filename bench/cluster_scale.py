@@ -1,7 +1,7 @@
 """Many pods through the real kube-scheduler: every pod placed per the plan, and what
 the extender adds per pod.
 
-    python bench/cluster_scale.py --pods 5000 --nodes 512     # the issue's figure (slow)
+    python bench/cluster_scale.py --pods 5000 --nodes 512     # the published figure (slow)
     python bench/cluster_scale.py --pods 500 --nodes 64       # CI size (e2e/test_load.py)
 
 A scenario of single-pod gangs (1, 2, 4 or 8 GPUs, 1-2 steps, arrivals spread

@@ -12,7 +12,7 @@ Every policy runs on it in the simulator; its grid must pass the legality check 
 its metrics must compute. It prints the plans slower than `--slow-ms`, then the
 slowest re-plan per policy, and exits 1 if any run raised or broke a rule.
 
-Run on the planner before the screen in `allocating._drain_trade` (2026-12-05), the
+Run on the planner before the screen in `trading.drain_trade` (2026-12-05), the
 200 default seeds took 578 s of CPU, and gpuroster's slowest re-plan 4.3 s (seed 135:
 32 GPUs, 120 jobs, a 300-step horizon; nine seeds over 100 ms): each job past the
 starvation bound priced every start ahead of it. With the screen: 16 s, 23 ms (seed

@@ -3,7 +3,7 @@
     python bench/fullgap.py                      # seeds 400-409, 8 and 16 GPUs
     python bench/fullgap.py --seeds 500-504 --estimate-error 0
 
-The issue's target "fast mode within 3% of full mode wherever full mode runs"
+The target "fast mode within 3% of full mode wherever full mode runs"
 is measured on the seven shipped files by `gpuroster bench --full`; one file
 is one window, and one decision there can swing it by several percent. This
 runs fifo, fast mode (`gpuroster`) and full mode (`gpuroster-full`, CP-SAT,

@@ -7,7 +7,7 @@ Runs fifo, priority-easy and gpuroster at each objective (every service's
 `service_level` set to it) on the seeded family of wrong forecasts
 (`extender/planner/wrongforecasts.py`) and on the seven shipped scenarios, and
 prints per objective: the delivered real-time service level (mean, worst), the
-value against fifo (mean change), and the two counts of issue #25's Done-when:
+value against fifo (mean change), and the bar's two counts:
 instances where gpuroster's service level is more than 0.5 points below fifo's,
 and the share where its value is at least fifo's. Writes a plot of the trade.
 Then the same on a held-out family whose forecast is the same hours a day earlier
@@ -56,8 +56,8 @@ class Outcome:
     fifo: metrics.Metrics
     easy: metrics.Metrics
     gpuroster: dict[float, metrics.Metrics]
-    # gpuroster as before issue 25: no headroom (an objective no forecast misses), no timing
-    # tolerance, no spare replicas
+    # gpuroster without its wrong-forecast parts: no headroom (an objective no forecast
+    # misses), no timing tolerance, no spare replicas
     bare: metrics.Metrics
     # gpuroster at the default objective with each of `ABLATIONS` (by label)
     ablated: dict[str, metrics.Metrics] = field(default_factory=dict)
@@ -94,30 +94,67 @@ def _gain(m: metrics.Metrics, base: metrics.Metrics) -> float:
     return 100.0 * (m.value / base.value - 1.0) if base.value else 0.0
 
 
-def table(outcomes: list[Outcome], title: str) -> str:
+@dataclass(frozen=True)
+class Line:
+    """One policy over a set of instances: the delivered service level (mean, worst), the
+    mean value change against fifo, the instances more than `SL_SLACK` points under fifo's
+    service level, and those whose value is at least fifo's."""
+
+    label: str
+    sl_mean: float
+    sl_worst: float
+    gain: float
+    under: int
+    at_least: int
+    n: int
+
+
+def lines(outcomes: list[Outcome]) -> list[Line]:
     n = len(outcomes)
-    lines = [f"{title} ({n} instances)",
-             f"{'policy':28s} {'SL mean':>8s} {'SL worst':>9s} {'value vs fifo':>14s} "
-             f"{'SL < fifo-0.5':>14s} {'value >= fifo':>14s}"]
 
-    def row(label: str, ms: list[metrics.Metrics]) -> None:
+    def line(label: str, ms: list[metrics.Metrics]) -> Line:
+        pairs = list(zip(ms, outcomes, strict=True))
         sl = [_sl(m) for m in ms]
-        gains = [_gain(m, o.fifo) for m, o in zip(ms, outcomes, strict=True)]
-        bad = sum(_sl(m) < _sl(o.fifo) - SL_SLACK for m, o in zip(ms, outcomes, strict=True))
-        ok = sum(m.value >= o.fifo.value for m, o in zip(ms, outcomes, strict=True))
-        lines.append(f"{label:28s} {statistics.mean(sl):8.2f} {min(sl):9.2f} "
-                     f"{statistics.mean(gains):+13.1f}% {bad:14d} "
-                     f"{ok:6d} ({100.0 * ok / n:5.1f}%)")
+        return Line(label, statistics.mean(sl), min(sl),
+                    statistics.mean(_gain(m, o.fifo) for m, o in pairs),
+                    sum(_sl(m) < _sl(o.fifo) - SL_SLACK for m, o in pairs),
+                    sum(m.value >= o.fifo.value for m, o in pairs), n)
 
-    row("fifo", [o.fifo for o in outcomes])
-    row("priority-easy", [o.easy for o in outcomes])
-    row("gpuroster, before", [o.bare for o in outcomes])
-    for obj in OBJECTIVES:
-        row(f"gpuroster @ {obj:g}", [o.gpuroster[obj] for o in outcomes])
-    for label, _, _, _ in ABLATIONS:
-        if all(label in o.ablated for o in outcomes):
-            row(f"@{DEFAULT:g}, {label}", [o.ablated[label] for o in outcomes])
-    return "\n".join(lines)
+    out = [line("fifo", [o.fifo for o in outcomes]),
+           line("priority-easy", [o.easy for o in outcomes]),
+           line("gpuroster, before", [o.bare for o in outcomes])]
+    out += [line(f"gpuroster @ {obj:g}", [o.gpuroster[obj] for o in outcomes])
+            for obj in OBJECTIVES]
+    out += [line(f"@{DEFAULT:g}, {label}", [o.ablated[label] for o in outcomes])
+            for label, _, _, _ in ABLATIONS if all(label in o.ablated for o in outcomes)]
+    return out
+
+
+def table(outcomes: list[Outcome], title: str) -> str:
+    out = [f"{title} ({len(outcomes)} instances)",
+           f"{'policy':28s} {'SL mean':>8s} {'SL worst':>9s} {'value vs fifo':>14s} "
+           f"{'SL < fifo-0.5':>14s} {'value >= fifo':>14s}"]
+    for x in lines(outcomes):
+        out.append(f"{x.label:28s} {x.sl_mean:8.2f} {x.sl_worst:9.2f} {x.gain:+13.1f}% "
+                   f"{x.under:14d} {x.at_least:6d} ({100.0 * x.at_least / x.n:5.1f}%)")
+    return "\n".join(out)
+
+
+def markdown(outcomes: list[Outcome], title: str) -> str:
+    """`table` as the Markdown docs/benchmarks.md carries (`make results` writes it)."""
+    out = [f"**{title}** ({len(outcomes)} instances)", "",
+           "| policy | service level, mean | worst | value vs fifo, mean "
+           f"| service level > {SL_SLACK:g} points under fifo's | value ≥ fifo's |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for x in lines(outcomes):
+        default = x.label == f"gpuroster @ {DEFAULT:g}"
+        label = f"**{x.label} (default)**" if default else x.label
+        gain = "—" if x.label == "fifo" else f"{x.gain:+.1f}%"
+        under = "—" if x.label == "fifo" else str(x.under)
+        ok = "—" if x.label == "fifo" else f"{x.at_least} of {x.n}"
+        out.append(f"| {label} | {x.sl_mean:.2f}% | {x.sl_worst:.2f}% | {gain} | {under} "
+                   f"| {ok} |")
+    return "\n".join(out)
 
 
 def per_kind(outcomes: list[Outcome], objective: float, ablation: str | None = None) -> str:
@@ -212,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=float, default=0.0, metavar="SIGMA",
                     help="lognormal factor on each step's arrival rate (0: smooth)")
     ap.add_argument("--out", type=Path, default=Path("out/bench-slo"))
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the family's, the seven's and the day-earlier tables as "
+                    "Markdown only (what `make results` writes into docs/benchmarks.md)")
     a = ap.parse_args(argv)
     try:
         shape = wrongforecasts.Jobs(a.jobs, a.estimate_error, a.burst)
@@ -224,6 +264,15 @@ def main(argv: list[str] | None = None) -> int:
                for n in scenarios.builtin_names()]
     family_out = run(fam)
     shipped_out = run(shipped)
+    if a.markdown:
+        parts = [markdown(family_out, "the wrong-forecast family"),
+                 markdown(shipped_out, "the seven scenarios")]
+        if a.day_earlier:
+            parts.append(markdown(run([("day-earlier", s) for s in wrongforecasts.day_earlier(
+                a.day_earlier, a.day_earlier_seed, a.days, jobs=shape)]),
+                "held out: the forecast is the same hours a day earlier"))
+        print("\n\n".join(parts))
+        return 0
     print(table(family_out, "wrong-forecast family"))
     print()
     print(per_kind(family_out, DEFAULT))

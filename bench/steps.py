@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="sigma of the lognormal error on each step's forecast (default 0.3)")
     p.add_argument("--service-share", type=float, default=0.2,
                    help="share of the cluster the services' peaks take (default 0.2)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the table as Markdown only (what `make results` writes into "
+                   "docs/benchmarks.md; no timings, which vary by run)")
     p.add_argument("--variant", default={}, type=parse_variant,
                    help="an allocating.Options field=value (Python literal) instead of the default")
     args = p.parse_args(argv)
@@ -76,11 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not minutes:
         p.error(f"step lengths must divide a day; got {args.minutes}")
     variant = f" {args.variant}" if args.variant else ""
-    print(f"{len(seeds)} instances a step length ({args.mix} jobs, estimates off by sigma "
-          f"{args.estimate_error:g}, bursts {args.burst:g}, forecasts off by sigma "
-          f"{args.forecast_error:g}){variant}")
-    print("minutes  gpuroster/fifo  easy/fifo  gpuroster/easy  >=easy  service level g/easy/fifo"
-          "  under fifo  seconds")
+    if args.markdown:
+        print("| step | gpuroster vs fifo | priority-easy vs fifo | gpuroster vs priority-easy "
+              "| at least priority-easy's | service level, gpuroster / easy / fifo "
+              "| under fifo's |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    else:
+        print(f"{len(seeds)} instances a step length ({args.mix} jobs, estimates off by sigma "
+              f"{args.estimate_error:g}, bursts {args.burst:g}, forecasts off by sigma "
+              f"{args.forecast_error:g}){variant}")
+        print("minutes  gpuroster/fifo  easy/fifo  gpuroster/easy  >=easy  "
+              "service level g/easy/fifo  under fifo  seconds")
     with Pool(2) as pool:
         for m in minutes:
             t0 = time.perf_counter()
@@ -94,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
             sl = [statistics.fmean(lv[i] for _, lv in rows) for i in (2, 1, 0)]
             under = sum(1 for _, lv in rows if lv[2] < lv[0] - 0.5)
             took = time.perf_counter() - t0
+            if args.markdown:
+                print(f"| {m} min | {gain:+.1f}% | {easy:+.1f}% | {over:+.2f}% "
+                      f"| {at_least} of {len(rows)} | {sl[0]:.2f} / {sl[1]:.2f} / {sl[2]:.2f}% "
+                      f"| {under} |")
+                continue
             print(f"{m:7d}  {gain:+13.1f}%  {easy:+8.1f}%  {over:+13.2f}%  "
                   f"{at_least:3d}/{len(rows)}  {sl[0]:.2f}/{sl[1]:.2f}/{sl[2]:.2f}  "
                   f"{under:10d}  {took:7.1f}")

@@ -1,7 +1,7 @@
 """A STAND-IN for kube-state-metrics, for the e2e tests only: never shipped, never in the product.
 
 Why a stand-in: `gpuroster whatif` reads kube-state-metrics (KSM) v2 series, and the
-issue asks for the real KSM, built from its Go module by the control-plane build. On
+real KSM would be built from its Go module by the control-plane build. On
 this build machine the Go module proxy refuses k8s.io/kube-state-metrics/v2 (HTTP
 403 for every version and for the version list; checked twice on 2026-12-04) and
 Debian packages no KSM, so it cannot be built here. This exporter watches the real

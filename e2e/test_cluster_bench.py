@@ -7,7 +7,7 @@ KWOK node per scenario node, so it must not share nodes with other tests),
 with the real kube-scheduler calling a `gpuroster serve` process. The grid
 read back must be legal, its result file must pass `gpuroster check`, and
 it must agree with the simulator: utilization within 2 points, value
-within 3% (issue 5).
+within 3% (`clusterbench.UTIL_POINTS`, `VALUE_PERCENT`).
 """
 
 from __future__ import annotations

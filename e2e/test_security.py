@@ -124,7 +124,7 @@ def test_extender_as_the_charts_service_account_schedules_and_is_refused_the_res
             req = urllib.request.Request(url + path, headers=headers)
             with urllib.request.urlopen(req, timeout=5) as r:
                 served[path] = str(r.read().decode())
-        time.sleep(1)
+        time.sleep(1)  # a negative check: the requests' log lines are written, then searched
         log = log_path.read_text(errors="replace")
         needles = {"ServiceAccount token": token, "caller's bearer token": CALLER_TOKEN,
                    "Authorization header": "Authorization", "Bearer": "Bearer ",

@@ -120,12 +120,26 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
         names += gang_pods(core, ns, "wide", 2, 8, runtime="60s", duration="28s")
         names += gang_pods(core, ns, "later", 1, 8, runtime="60s", duration="24s",
                            priority="low")
-        # kube-scheduler places what fits, by itself (the extender filters nothing out).
-        bound = wait_for(lambda: [n for n in names if core.read_namespaced_pod(
-            n, ns).spec.node_name] or None, 10 * STEP, "kube-scheduler binds GPU pods")
-        time.sleep(3 * STEP)  # a few rounds of planning beside it
-        view = ext.get("/plan")
-        metrics_text = ext.get("/metrics")
+        # kube-scheduler places what fits, by itself (the extender filters nothing out),
+        # one pod at a time: wait for the three asserted below, not the first.
+        def bound_now() -> list[str] | None:
+            b = [n for n in names if core.read_namespaced_pod(n, ns).spec.node_name]
+            return b if len(b) >= 3 else None
+
+        bound = wait_for(bound_now, 10 * STEP, "kube-scheduler to bind 3 GPU pods")
+
+        # Planning beside it: wait for the rounds to show what is asserted below.
+        def shown() -> tuple[dict[str, Any], str] | None:
+            v, text = ext.get("/plan"), ext.get("/metrics")
+            seen = all(f"{ns}/{g}" in v["jobs"] for g in ("train", "solo", "wide", "later"))
+            running = any(j["state"] == "running" for j in v["jobs"].values())
+            chat = 'gpuroster_shadow_service_replicas_actual{service="shadow/chat"} 1.0'
+            return (v, text) if (seen and running and f"{ns}/chat" in v["services"]
+                                 and chat in text) else None
+
+        view, metrics_text = wait_for(shown, 10 * STEP,
+                                      "the shadow plan to show the four gangs, one running, "
+                                      "and chat with its 1 replica")
         html = ext.get("/plan/view")
 
         # --- the plan is shown ---------------------------------------------------------
@@ -162,15 +176,21 @@ def test_shadow_mode_plans_and_shows_and_leaves_no_trace(shadowed: Cluster,
         waiting = {n for n, j in jobs.items() if j["state"] != "running"}
         wait_for(lambda: "started by the cluster's scheduler" in ext.log() or None, 40.0,
                  f"kube-scheduler starts one of {sorted(waiting)} once train and solo end")
-        time.sleep(STEP)
-        metrics_text = ext.get("/metrics")
-        starts = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
-                  for line in metrics_text.splitlines()
-                  if line.startswith("gpuroster_shadow_gang_starts_total{")}
-        placed = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
-                  for line in metrics_text.splitlines()
-                  if line.startswith("gpuroster_shadow_pod_placements_total{")}
-        assert sum(starts.values()) >= 1 and sum(placed.values()) >= 1, (starts, placed)
+
+        def samples(text: str, name: str) -> dict[str, float]:
+            return {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines() if line.startswith(name + "{")}
+
+        def counted() -> tuple[dict[str, float], dict[str, float], str] | None:
+            text = ext.get("/metrics")
+            starts = samples(text, "gpuroster_shadow_gang_starts_total")
+            placed = samples(text, "gpuroster_shadow_pod_placements_total")
+            return (starts, placed, text) if sum(starts.values()) >= 1 and sum(
+                placed.values()) >= 1 else None
+
+        starts, placed, metrics_text = wait_for(counted, 10 * STEP,
+                                                "the shadow gang start and pod placement "
+                                                "counters to count that start")
         assert "gpuroster_shadow_start_delay_seconds_count" in metrics_text or \
             'versus="unplanned"' in str(starts), metrics_text
         assert "gpuroster_shadow_writes_blocked_total{" not in metrics_text

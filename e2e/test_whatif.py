@@ -155,7 +155,12 @@ def test_whatif_rebuilds_a_stock_scheduler_replay_from_prometheus_alone(tmp_path
                       f"notes {rep.notes}")
                 origin = rep.t0 - (1 - driving.SAMPLE_AT) * S - CUT_BEFORE_SAMPLE
                 until = origin + T * S
-                wait_for(lambda: time.time() > until + 3, 30, "the window to be scraped")
+                # Scraped past the window's end (not a fixed while after it): both targets'
+                # last scrape, which Prometheus stamps on `up`, is later than `until`.
+                wait_for(lambda: all(instant(url, f'timestamp(up{{job="{job}"}}) > {until + 1:.3f}')
+                                     for job in ("ksm", "demand")), 30,
+                         "Prometheus to scrape kube-state-metrics and the demand gauge past "
+                         "the window's end")
                 classes = {stock.priority_class(p): p for p in (1, 2, 4, 5, 8)}
                 out = tmp_path / "whatif"
                 t = time.time()

@@ -23,7 +23,7 @@ from extender import replay, reporting, scenarios
 from extender.planner import legality, metrics, model, policies, simulating
 from extender.replay import Replay, peers
 
-UTIL_POINTS = 2.0  # agreement bounds of issue 5
+UTIL_POINTS = 2.0  # agreement with the simulator: utilization points, value percent
 VALUE_PERCENT = 3.0
 DEFAULT_STEP_SECONDS = 2.0
 
@@ -156,7 +156,7 @@ def result_document(r: ClusterRow) -> dict[str, Any]:
         doc["simulator"] = {"utilization": r.sim.utilization, "value": r.sim.value}
     if r.replay.held is not None:
         # GPUs held for a gang whose pods did not all run: allocated, not useful (empty
-        # in `grid`, so worth nothing); docs/benchmarks.md, "The replay peers"
+        # in `grid`, so worth nothing); docs/benchmarks.md, "How the peers are configured"
         doc["held"] = [
             [r.replay.names[i] if i >= 0 else None for i in row] for row in r.replay.held.tolist()
         ]

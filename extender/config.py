@@ -70,7 +70,7 @@ class Settings:
     max_wait_steps: int = 0
     # A service's objective when its Deployment sets no gpuroster.io/service-level: the
     # share of its demanded GPU-steps the headroom over its forecast is sized to cover
-    # (why 0.995: `allocating.Options.service_level`).
+    # (why 0.995: docs/options.md).
     service_level: float = 0.995
     # Hours a service's peak may come early or late: until its demand has been seen through
     # a swing of its forecast, the plan holds the forecast widened by this much each way

@@ -108,3 +108,89 @@ def summary(rows: list[Row]) -> str:
             f"{len(gains)} scenarios (min {min(gains):+.1f}%, max {max(gains):+.1f}%)",
         )
     return "\n".join(out)
+
+
+# --- Markdown: the tables the README and docs/benchmarks.md carry ---------------------------
+# `make results` writes these between marker comments, and tests/test_results.py fails when
+# a published table differs from what they print now, so no figure is typed by hand.
+
+PEERS_EXCLUDED = ("fifo", "gpuroster", "gpuroster-full")
+
+
+def _gain(m: metrics.Metrics, base: metrics.Metrics) -> str:
+    return f"{100 * (m.value / base.value - 1):+.1f}%" if base.value else "-"
+
+
+def _by_scenario(rows: list[Row]) -> dict[str, dict[str, Row]]:
+    by: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(r.scenario.name, {})[r.policy] = r
+    return by
+
+
+def best_peer(pols: dict[str, Row]) -> Row | None:
+    """The policy other than fifo and gpuroster with the highest value (ties: the first)."""
+    peers = [r for p, r in pols.items() if p not in PEERS_EXCLUDED]
+    return max(peers, key=lambda r: r.metrics.value, default=None)
+
+
+def markdown_headline(rows: list[Row]) -> str:
+    """fifo, the best peer and gpuroster per scenario: utilization, value, service level."""
+    lines = [
+        "| scenario | GPUs | fifo util | fifo value | fifo RT SL | best peer | peer util "
+        "| peer value (vs fifo) | peer RT SL | gpuroster util | gpuroster value (vs fifo) "
+        "| gpuroster RT SL |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    gains: dict[str, list[float]] = {}
+    for name, pols in _by_scenario(rows).items():
+        f, g, peer = pols.get("fifo"), pols.get("gpuroster"), best_peer(pols)
+        if f is None or g is None or peer is None:
+            continue
+        fm, gm, pm = f.metrics, g.metrics, peer.metrics
+        lines.append(
+            f"| {name} | {f.scenario.cluster.gpus} | {fm.utilization:.1f}% | {fm.value:.0f} "
+            f"| {100 * fm.realtime_service_level:.1f}% | {peer.policy} "
+            f"| {pm.utilization:.1f}% | {pm.value:.0f} ({_gain(pm, fm)}) "
+            f"| {100 * pm.realtime_service_level:.1f}% | **{gm.utilization:.1f}%** "
+            f"| **{gm.value:.0f} ({_gain(gm, fm)})** | {100 * gm.realtime_service_level:.1f}% |"
+        )
+        for r in pols.values():
+            if fm.value and r.policy != "fifo":
+                gains.setdefault(r.policy, []).append(100 * (r.metrics.value / fm.value - 1))
+    if gains:
+        lines.append("")
+        lines.append("Mean value gain over fifo: " + ", ".join(
+            f"{p} {statistics.mean(v):+.1f}%" for p, v in gains.items()) + ".")
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """Every policy on every scenario, MODEL.md's metrics (no plan times: they vary by run)."""
+    lines = [
+        "| scenario | policy | util | Δ points | value | vs fifo | RT SL | jobs done "
+        "| p95 wait, top priority (steps) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for pols in _by_scenario(rows).values():
+        f = pols.get("fifo")
+        for r in pols.values():
+            m = r.metrics
+            dp = f"{m.utilization - f.metrics.utilization:+.1f}" if f else "-"
+            dv = _gain(m, f.metrics) if f and r is not f else ""
+            lines.append(
+                f"| {r.scenario.name} | {r.policy} | {m.utilization:.1f}% | {dp} "
+                f"| {m.value:.0f} | {dv} | {100 * m.realtime_service_level:.1f}% "
+                f"| {m.jobs_completed}/{m.jobs_total} | {m.top_priority_p95_wait():.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def markdown_scenarios(rows: list[Row]) -> str:
+    """What each scenario is: its size and the description its file gives."""
+    lines = ["| scenario | GPUs | jobs | services | what it stresses |", "|---|---:|---:|---:|---|"]
+    for pols in _by_scenario(rows).values():
+        s = next(iter(pols.values())).scenario
+        lines.append(f"| {s.name} | {s.cluster.gpus} | {len(s.jobs)} | {len(s.services)} "
+                     f"| {s.description} |")
+    return "\n".join(lines)

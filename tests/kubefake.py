@@ -2,7 +2,9 @@
 
 It keeps objects per kind, hands out resourceVersions, and feeds watch events
 from a queue; tests can inject failures (`fail_patch`, `fail_bind`) and a 410.
-It fakes the API server, never the code under test.
+It fakes the API server, never the code under test. As the API server does, a
+watch begins at the resourceVersion it asks for: it replays what changed since,
+so an event sent between two watches of an informer is not lost.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from extender.adapter import kube
 
 Obj = dict[str, Any]
+_GONE: Obj = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
 
 
 def _key(obj: Obj) -> str:
@@ -29,6 +32,10 @@ class FakeKube:
         self.rv = 100
         self.lock = threading.Lock()
         self.watchers: dict[str, list[queue.Queue[Obj | None]]] = {k: [] for k in kube.KINDS}
+        # Every event with its resourceVersion, for watches that start behind; and per
+        # kind the version below which a watch is told 410 Gone (`gone`).
+        self.history: dict[str, list[tuple[int, Obj]]] = {k: [] for k in kube.KINDS}
+        self.expired: dict[str, int] = dict.fromkeys(kube.KINDS, 0)
         self.calls: list[tuple[str, ...]] = []
         self.events: list[Obj] = []
         self.fail_patch: set[str] = set()  # pod keys whose patch fails
@@ -49,21 +56,30 @@ class FakeKube:
             k = _key(obj)
             typ = "MODIFIED" if k in self.objects[kind] else "ADDED"
             self.objects[kind][k] = obj
-        self._emit(kind, {"type": typ, "object": copy.deepcopy(obj)})
+            self._emit(kind, {"type": typ, "object": copy.deepcopy(obj)})
         return obj
 
     def delete(self, kind: str, key: str) -> None:
         with self.lock:
             obj = self.objects[kind].pop(key)
-        self._emit(kind, {"type": "DELETED", "object": obj})
+            self.rv += 1  # a delete is a change too: it has its own version
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self._emit(kind, {"type": "DELETED", "object": obj})
 
     def gone(self, kind: str) -> None:
-        """Tell every watcher of `kind` that its resourceVersion expired."""
-        self._emit(kind, {"type": "ERROR", "object": {"kind": "Status", "code": 410,
-                                                      "reason": "Expired"}})
+        """Expire every resourceVersion of `kind` so far: open watches and any watch
+        started from one of them are told 410 Gone."""
+        with self.lock:
+            self.rv += 1
+            self.expired[kind] = self.rv
+            for q in self.watchers[kind]:
+                q.put(_GONE)
 
     def _emit(self, kind: str, event: Obj) -> None:
-        for q in list(self.watchers[kind]):
+        """Record and send `event` (at the current version); called under `lock`, so a
+        watch that starts at the same time gets it either replayed or sent, never both."""
+        self.history[kind].append((self.rv, event))
+        for q in self.watchers[kind]:
             q.put(event)
 
     def pod(self, key: str) -> Obj:
@@ -81,7 +97,15 @@ class FakeKube:
     def watch(self, kind: str, namespace: str | None, resource_version: str,
               timeout_seconds: int) -> Iterator[Obj]:
         q: queue.Queue[Obj | None] = queue.Queue()
-        self.watchers[kind].append(q)
+        since = int(resource_version or 0)
+        with self.lock:
+            if since < self.expired[kind]:
+                q.put(_GONE)
+            else:
+                for rv, event in self.history[kind]:
+                    if rv > since:
+                        q.put(event)
+            self.watchers[kind].append(q)
         try:
             while True:
                 try:
@@ -92,7 +116,8 @@ class FakeKube:
                     return
                 yield ev
         finally:
-            self.watchers[kind].remove(q)
+            with self.lock:
+                self.watchers[kind].remove(q)
 
     def bind(self, namespace: str, name: str, uid: str | None, node: str) -> None:
         k = f"{namespace}/{name}"

@@ -25,7 +25,7 @@ README = ROOT / "README.md"
 LONG_MAKE = {"demo", "test", "test-e2e", "bench-cluster", "bench-peers", "bench-full",
              "cluster-bin",
              "cluster-up", "cluster-down", "cluster-kubeconfig", "cluster-extender-port",
-             "lint", "audit", "soak", "bench", "venv"}
+             "lint", "audit", "soak", "bench", "venv", "test-unit", "results"}
 # commands that need a running cluster or a container engine: covered elsewhere.
 ELSEWHERE = {
     "helm": "e2e/test_helm.py installs, upgrades and uninstalls the chart",
@@ -80,3 +80,45 @@ def test_readme_command_runs_as_written(command: str) -> None:
     assert tool in ELSEWHERE, (
         f"README command {command!r} is not checked: run it here, or say in ELSEWHERE "
         "which test covers it")
+
+
+def test_readme_stays_short() -> None:
+    # The README is for a first look; tables and evidence live in docs/.
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
+
+
+def test_known_limitations_are_few_and_each_links_its_evidence() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Known limitations", 1)[1].split("\n## ", 1)[0]
+    bullets = re.findall(r"^- (.*?)(?=^- |\Z)", section, flags=re.S | re.M)
+    assert 0 < len(bullets) <= 10
+    for b in bullets:
+        assert "](" in b, f"a limitation without a link to its evidence: {b[:60]!r}"
+
+
+PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings."""
+    out = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"#+ (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.exists(), f"{page.name}: link to {target}: no such file"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest), f"{page.name}: link to {target}: no such heading"

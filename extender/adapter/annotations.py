@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from extender import config
@@ -63,6 +64,21 @@ class ServiceSpec:
     demand_configmap: str | None
     demand_query: str | None
     service_level: float | None = None  # None: the `service_level` setting
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def format_time(t: float) -> str:
+    # Sub-second: steps may be seconds long, and admitted-at fixes a gang's start step.
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -396,7 +412,7 @@ def parse_block(label: str, node_index: Mapping[str, int], gpus_per_node: int) -
 
     A multi-node label names only its first and last node: a node that came between
     them in topology order since (or went) widens or narrows what it reads as. What
-    reads as no legal block is refused here; `snapshot` checks the nodes it spans."""
+    reads as no legal block is refused here; `gangs` checks the nodes it spans."""
     first, last, rng = _split_block(label)
     try:
         if rng is None:

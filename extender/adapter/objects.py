@@ -6,7 +6,6 @@ import socket
 from typing import Any
 
 from extender.adapter import annotations as ann
-from extender.adapter import snapshot
 
 COMPONENT = "gpuroster"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -22,7 +21,7 @@ def admission_patch(block_label: str, admitted_at: float, node: str,
                     gates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     patch: dict[str, Any] = {"metadata": {"annotations": {
         ann.BLOCK: block_label,
-        ann.ADMITTED_AT: snapshot.format_time(admitted_at),
+        ann.ADMITTED_AT: ann.format_time(admitted_at),
         ann.NODE: node,
     }}}
     if gates and any(g.get("name") == ADMISSION_GATE for g in gates):
@@ -50,14 +49,14 @@ def condition_patch(status: bool, reason: str, message: str, now: float) -> dict
         "status": "True" if status else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": snapshot.format_time(now),
+        "lastTransitionTime": ann.format_time(now),
     }]}}
 
 
 def event(pod: dict[str, Any], reason: str, message: str, now: float,
           warning: bool = False) -> dict[str, Any]:
     m = pod.get("metadata") or {}
-    t = snapshot.format_time(now)
+    t = ann.format_time(now)
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"generateName": f"{m.get('name', 'pod')}.", "namespace": m.get("namespace")},

@@ -25,8 +25,8 @@ garbage collections, and the server's own time (its histogram: the bound under
 which 99% of the handler times fell). `--runs N` repeats everything on the same
 server and prints each run's p99 and their median; the verdict uses the worst.
 
-Thresholds (issue 4): p99 <= 5 ms (names), <= 25 ms (full NodeList), >= 500
-filter requests/s; the figures measured are in the README.
+Thresholds: p99 <= 5 ms (names), <= 25 ms (full NodeList), >= 500 filter
+requests/s; the figures measured are in docs/benchmarks.md ("Extender verbs").
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ class FakeClock:
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self.t = start
         self._cond = threading.Condition()
+        # (event, seconds) of every wait begun, recorded once its deadline is fixed: a
+        # test that sees a wait here can move the clock past it without a race.
+        self.waits: list[tuple[threading.Event, float]] = []
 
     def now(self) -> float:
         return self.t
@@ -46,8 +49,9 @@ class FakeClock:
             self._cond.notify_all()
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
-        deadline = self.t + seconds
         with self._cond:
+            deadline = self.t + seconds
+            self.waits.append((event, seconds))
             while not event.is_set() and self.t < deadline:
                 self._cond.wait(0.05)
         return event.is_set()

@@ -21,7 +21,7 @@ from typing import Any
 
 from extender import metrics
 from extender.adapter import annotations as ann
-from extender.adapter import kube, objects, snapshot
+from extender.adapter import gangs, kube, objects, snapshot
 from extender.controller import clock
 from extender.planner import model
 
@@ -31,7 +31,7 @@ Obj = dict[str, Any]
 
 
 def waiting(snap: snapshot.Snapshot, plan: model.Plan,
-            admitted: Mapping[str, snapshot.Admission], failed: Mapping[str, str],
+            admitted: Mapping[str, gangs.Admission], failed: Mapping[str, str],
             refused: Mapping[str, str], step_start: Callable[[int], float],
             step_seconds: float, completing: Set[str] = frozenset()) -> dict[str, str]:
     """Pod key -> why it waits, for every pod of a gang that is not admitted and every
@@ -62,7 +62,7 @@ def waiting(snap: snapshot.Snapshot, plan: model.Plan,
     return out
 
 
-def gang_reason(snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
+def gang_reason(snap: snapshot.Snapshot, plan: model.Plan, g: gangs.Gang,
                 failed: Mapping[str, str], step_start: Callable[[int], float],
                 step_seconds: float) -> str:
     """Why a gang that is not admitted waits: its error, what it waits for, or the plan's
@@ -86,7 +86,7 @@ def gang_reason(snap: snapshot.Snapshot, plan: model.Plan, g: snapshot.Gang,
 def error_reason(error: str) -> str:
     """What a pod of a gang with `error` is told: a lost node as it is, anything else as
     bad annotations (a Warning InvalidAnnotations, counted; docs/annotations.md)."""
-    return error if error.startswith(snapshot.NODE_LOST) else f"bad annotations: {error}"
+    return error if error.startswith(gangs.NODE_LOST) else f"bad annotations: {error}"
 
 
 class Explainer:
@@ -100,7 +100,7 @@ class Explainer:
         self._owed: dict[str, str] = {}
 
     def explain(self, snap: snapshot.Snapshot, step: int, now: float,
-                admitted: Mapping[str, snapshot.Admission], problems: Mapping[str, str],
+                admitted: Mapping[str, gangs.Admission], problems: Mapping[str, str],
                 waiting: Mapping[str, str]) -> None:
         """Tell the pods of this round: the admitted, the waiting (`waiting`: the table's
         reasons), those of running gangs on a node that went down, and the pending pods
@@ -133,7 +133,7 @@ class Explainer:
                 if reason is None:
                     continue
                 bad = reason.startswith("bad annotations")
-                lost = reason.startswith(snapshot.NODE_LOST)
+                lost = reason.startswith(gangs.NODE_LOST)
                 if bad and self._explained.get(k) != reason:
                     metrics.ANNOTATION_ERRORS.inc()
                 self.tell(p, "NodeLost" if lost else "InvalidAnnotations" if bad else "Waiting",
@@ -150,7 +150,7 @@ class Explainer:
         for k in [k for k in self._owed if k not in seen]:
             del self._owed[k]
 
-    def _report_down_nodes(self, snap: snapshot.Snapshot, g: snapshot.Gang, now: float) -> None:
+    def _report_down_nodes(self, snap: snapshot.Snapshot, g: gangs.Gang, now: float) -> None:
         """A running gang on a node that is not Ready: its GPUs leave the plan; say so."""
         assert g.admission is not None
         per = snap.cluster.gpus_per_node

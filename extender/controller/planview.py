@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.adapter import annotations as ann
 from extender.adapter import snapshot
 from extender.planner import model
 
@@ -48,7 +49,7 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
         jobs[name] = {"state": "running", "gpus": r.gpus, "priority": r.priority,
                       "type": r.type, "block": label,
                       "start_step": r.start_step, "expected_end_step": r.expected_end(step),
-                      "expected_end_utc": snapshot.format_time(
+                      "expected_end_utc": ann.format_time(
                           step_start + (r.expected_end(step) - step) * step_seconds),
                       "placed_by": "scheduler" if g is not None and g.placed is not None
                       else "gpuroster"}
@@ -62,12 +63,12 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
         jobs[q.name] = {"state": "admitted" if q.name in plan.starts else "queued",
                         "gpus": q.gpus, "priority": q.priority, "type": q.type,
                         "arrival_step": q.arrival_step, "planned_start_step": start,
-                        "planned_start_utc": snapshot.format_time(
+                        "planned_start_utc": ann.format_time(
                             step_start + (start - step) * step_seconds)
                         if start is not None else None,
                         "block": block.label(c, snap.nodes) if block else None,
                         "estimate_steps": q.estimate_steps,
-                        "waiting_since_utc": snapshot.format_time(g.arrival)
+                        "waiting_since_utc": ann.format_time(g.arrival)
                         if g is not None and g.arrival else None,
                         "reason": plan.reasons.get(q.name)}
         if start is not None and block is not None:
@@ -119,14 +120,14 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
             continue
         jobs[name] = {"state": "held", "gpus": g.gpus, "type": g.work.workload if g.work
                       else None, "priority": g.work.priority if g.work else None,
-                      "waiting_since_utc": snapshot.format_time(g.arrival) if g.arrival
+                      "waiting_since_utc": ann.format_time(g.arrival) if g.arrival
                       else None, "reason": g.waiting_for or f"bad annotations: {g.error}",
                       "planned_start_step": None, "block": None}
     return {
-        "shadow": shadow, "now_utc": snapshot.format_time(now if now is not None
+        "shadow": shadow, "now_utc": ann.format_time(now if now is not None
                                                           else step_start),
         "step": step, "step_seconds": step_seconds, "step_start": step_start,
-        "step_start_utc": snapshot.format_time(step_start), "horizon": H,
+        "step_start_utc": ann.format_time(step_start), "horizon": H,
         "nodes": list(snap.nodes), "gpus_per_node": c.gpus_per_node,
         "grid": grid, "jobs": jobs, "services": services,
         "queue": queue,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender import config, metrics
-from extender.adapter import dra, kube, snapshot, watching
+from extender.adapter import dra, gangs, kube, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import (
     demand,
@@ -380,7 +380,7 @@ class Controller:
     # --- observability ------------------------------------------------------------
 
     def _record(self, snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput,
-                step: int, now: float, admitted: Mapping[str, snapshot.Admission]) -> None:
+                step: int, now: float, admitted: Mapping[str, gangs.Admission]) -> None:
         """The round in numbers, for the metrics read at scrape time."""
         st = metrics.StepState(gpus_total=snap.cluster.gpus - len(snap.unavailable), step=step)
         value = 0.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.adapter import snapshot
+from extender.adapter import gangs, snapshot
 from extender.planner import model
 
 
@@ -32,7 +32,7 @@ class Table:
 
 
 def build(snap: snapshot.Snapshot, plan: model.Plan, step: int, next_step_at: float,
-          admitted: Mapping[str, snapshot.Admission], problems: Mapping[str, str],
+          admitted: Mapping[str, gangs.Admission], problems: Mapping[str, str],
           waiting: Mapping[str, str]) -> Table:
     """The table of a round: admitted pods on their nodes, every service's planned GPUs
     per node (none for a service that could not be planned: `problems`)."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from extender import config, metrics
 from extender.adapter import annotations as ann
-from extender.adapter import dra, kube, objects, snapshot, watching
+from extender.adapter import dra, gangs, kube, objects, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import explaining
 from extender.planner import model
@@ -81,7 +81,7 @@ class Writer:
     # --- gangs --------------------------------------------------------------------
 
     def admit(self, snap: snapshot.Snapshot, plan: model.Plan, step: int,
-              now: float) -> tuple[dict[str, snapshot.Admission], dict[str, str]]:
+              now: float) -> tuple[dict[str, gangs.Admission], dict[str, str]]:
         """Admit the gangs the plan starts now: (gang -> admission, gang -> why it failed).
 
         A gang whose admission reached some of its pods but not all (a write failed,
@@ -92,7 +92,7 @@ class Writer:
         in the returned admissions (those are told of whole), so its written pods are
         told here.
         """
-        admitted: dict[str, snapshot.Admission] = {}
+        admitted: dict[str, gangs.Admission] = {}
         failed: dict[str, str] = {}
         held = self._held(snap, now)
         for name, block in sorted(plan.starts.items()):
@@ -107,14 +107,14 @@ class Writer:
                 failed[name] = (f"the admission write on {unsure} got no answer; its block "
                                 "is not given out until it is known whether it was applied")
                 continue
-            sizes = [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods]
             try:
-                per_pod = snapshot.layout(sizes, block, snap.cluster, snap.nodes)
-                slot = snapshot.slots(sizes, block, snap.cluster)
+                sizes = [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods]
+                per_pod = gangs.layout(sizes, block, snap.cluster, snap.nodes)
+                slot = gangs.slots(sizes, block, snap.cluster)
             except ann.AnnotationError as e:
                 failed[name] = str(e)
                 continue
-            adm = snapshot.Admission(block=block, admitted_at=now, nodes=per_pod)
+            adm = gangs.Admission(block=block, admitted_at=now, nodes=per_pod)
             label = block.label(snap.cluster, snap.nodes)
             done: dict[str, str] = {}
             error = None
@@ -189,7 +189,7 @@ class Writer:
         return dict(self._unsure)
 
     def promised(self, snap: snapshot.Snapshot, plan: model.Plan,
-                 admitted: Mapping[str, snapshot.Admission]) -> None:
+                 admitted: Mapping[str, gangs.Admission]) -> None:
         """Remember the first start the plan promised each waiting gang (for the delay
         between that promise and the admission, a metric)."""
         for name in plan.planned_start:
@@ -306,7 +306,7 @@ class Writer:
                 claim = self.client.patch_claim(ns, name, fin)
             new = self.client.patch_claim_status(
                 ns, name, dra.allocation(claim, node, part,
-                                         snapshot.format_time(self.clock.now())[:19] + "Z"))
+                                         ann.format_time(self.clock.now())[:19] + "Z"))
             if isinstance(new, dict) and new.get("metadata"):
                 self.cache.put("resourceclaims", new)
             log.info("claim %s of pod %s allocated %s", ck, ann.key(pod), ", ".join(ids))
@@ -410,7 +410,7 @@ class Writer:
         leaving: dict[str, int] = {}
         for k, svc in snap.pod_service.items():
             pod = snap.pods.get(k)
-            if svc != name or pod is None or not snapshot.pod_live(pod):
+            if svc != name or pod is None or not gangs.pod_live(pod):
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
             if not node:
@@ -450,7 +450,7 @@ class Writer:
             if svc != sv.spec.name:
                 continue
             pod = snap.pods.get(k)
-            if pod is None or not snapshot.pod_live(pod):
+            if pod is None or not gangs.pod_live(pod):
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
             surplus = sv.gpus_by_node.get(node or "", 0) - planned.get(node or "", 0)

@@ -250,9 +250,12 @@ class _Model:
         self.lead = servicing.reservation_leads(inp.services, read)
         rooms = allocating.held_to_reservation(
             inp, fast, told, allocating.service_rooms(inp, fast, told), self.lead)
+        floors = allocating.service_floors(inp, fast, told, self.lead)
         for v in inp.services:
             f = servicing.service_curve(v, H, inp.now, inp.steps_per_day, o.error_memory,
-                                        room=rooms[v.name], forecast=told[v.name])
+                                        room=rooms[v.name], forecast=told[v.name],
+                                        limit=servicing.ceiling(v, fast.headroom_cap),
+                                        floor=floors[v.name])
             self.forecast[v.name] = f
             a = [cp.new_int_var(0, n, f"{v.name}#{k}") for k in range(H)]
             sf = [cp.new_int_var(0, max(0, f[k]), f"{v.name}!{k}") for k in range(H)]

@@ -301,11 +301,11 @@ def _duration_seconds(rng: np.random.Generator) -> float:
     return 60.0 * 10 ** float(rng.uniform(3.0, 4.0))
 
 
-def _hour_of_week(step: int, step_minutes: int, start_hour: int) -> float:
+def hour_of_week(step: int, step_minutes: int, start_hour: int) -> float:
     return (start_hour + step * step_minutes / 60.0) % (24 * 7)
 
 
-def _arrival_rate(hour_of_week: float) -> float:
+def arrival_rate(hour_of_week: float) -> float:
     day, hour = divmod(hour_of_week, 24.0)
     diurnal = 0.4 + 0.6 * (0.5 - 0.5 * math.cos(2 * math.pi * (hour - 4.0) / 24.0))  # 04h..16h
     return diurnal * (1.0 if day < 5 else 0.6)
@@ -320,7 +320,7 @@ def _arrivals(
     if span <= 1:
         return [0] * jobs
     steps = np.arange(1, span)
-    w = np.array([_arrival_rate(_hour_of_week(int(t), step_minutes, h0)) for t in steps])
+    w = np.array([arrival_rate(hour_of_week(int(t), step_minutes, h0)) for t in steps])
     if burst > 0:  # drawn only when asked, so burst=0 keeps every seed's scenario as it was
         w = w * rng.lognormal(0.0, burst, size=len(w))
     later = rng.choice(steps, size=rest, p=w / w.sum()) if rest else np.array([], dtype=int)
@@ -359,7 +359,7 @@ def _services(
         phase = float(rng.uniform(-1.5, 1.5))  # peak hour varies a little per service
         curve = []
         for t in range(length):
-            how = _hour_of_week(t, step_minutes, h0)
+            how = hour_of_week(t, step_minutes, h0)
             day, hour = divmod(how, 24.0)
             shape = 0.5 - 0.5 * math.cos(2 * math.pi * (hour - 4.0 - phase) / 24.0)
             v = peak / swing + (peak - peak / swing) * shape

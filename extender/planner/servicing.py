@@ -21,6 +21,8 @@ from extender.planner import blocks, headroom, model, scaling
 # Windows of error a forecast that copies past demand is sized on (and topped up to by the
 # stand-in until it has them); a model's forecast has one. See `service_room`.
 COPY_WINDOWS = 4
+# GPUs `cover` holds over what the worst step seen would have needed: for the unseen.
+COVER_MARGIN = 1
 
 
 def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
@@ -55,15 +57,8 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     pd: Sequence[int] = v.past_demand
     # A copy's error window is four: the largest error of the next window passes the
     # largest of the last k about once in k + 1 windows (its draws are noise, afresh each
-    # day). A day of error alone left 45 of 100 day-earlier instances under fifo's service
-    # level, two 18 at 0.99; four instead of two (2026-12-05, at 0.995): 16 -> 6 of 40 over
-    # four days, 14 -> 7 of 40 over three, 15 -> 5 of 30 over five, for 3-11 points of their
-    # value gain (+65.7 -> +54.7% the most); two-day runs 7 -> 6 of 100 (value at least
-    # fifo's 99 -> 97, +41.1 -> +38.2%) and 3 of 40 either way; the family, the seven files
-    # and forecast-error unchanged (`bench/slo.py`). A model's forecast keeps one: a
-    # launch night's miss held two days cost forecast-error 2368 -> 2346. Whether the
-    # forecast is a copy is read on the forecast the service was told (`forecast`
-    # continues it past its end, flat or by the day, and would add turns).
+    # day); a model's forecast keeps one, or a burst's headroom outlives the burst.
+    # Whether the forecast is a copy is read on the forecast the service was told.
     n = min(len(pd), len(pf))
     look = min(2 * error_window, len(v.forecast))
     if stand_in and headroom.copied(forecast, look, timing_window):
@@ -96,17 +91,9 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     room = headroom.curve(wide, pd, pf, level, error_window)
     if cap > 0.0 and any(room):
         # Error sized on noise can ask for more than the service was ever told or seen to
-        # need: a forecast off by a lognormal sigma of 0.6 at each step put the plan a third
-        # above fifo's all-day reservation of the forecast's peak, at the same 100%.
-        # While the stand-in fills part of the window, the demand seen is the real demand
-        # and the operator's static reservation (`v.reservation`, the peak of the whole
-        # forecast), not the stand-in's draws: jitter x sqrt(2) on a small, noisy copy
-        # drew peaks no demand had, and the cap let a service of 5 GPUs at its peak hold
-        # all 8 (trace-shaped day-earlier seed 678: 282 GPU-steps held, fifo's 240, 87
-        # demanded). On real demand alone, trace-shaped day-earlier copies
-        # (`day_earlier(100, 600)`) went 10 -> 15 under fifo's service level; with the
-        # reservation, 10 -> 10, value at least fifo's on 85 -> 89 (2026-12-05;
-        # docs/wrong-forecasts.md).
+        # need. While the stand-in fills part of the window, the demand seen is the real
+        # demand and the operator's static reservation (`v.reservation`), not the
+        # stand-in's draws, which reach peaks no demand had.
         real = n if sd else error_window  # the window's last steps that are real demand
         seen = max(pd[len(pd) - real:], default=0)
         if sd:
@@ -118,13 +105,29 @@ def service_room(v: model.ServiceState, forecast: list[int], service_level: floa
     return [a - b + r for a, b, r in zip(wide, forecast, room, strict=True)]
 
 
+def ceiling(v: model.ServiceState, growth: float = 1.0) -> int | None:
+    """The most GPUs a plan holds for `v` at any step, in whole replicas: its static
+    reservation (what fifo holds all day) while demand never came above it; once it did,
+    `growth` times the most demand seen (a service outgrowing its reservation is planned
+    for more of the same, not held to where it has already been). None where no
+    reservation is known. Held to it, a service never takes more GPU-steps from batch
+    work than the reservation it replaces, unless its demand did."""
+    if v.reservation is None:
+        return None
+    seen = max(v.past_demand, default=0)
+    top = v.reservation if seen <= v.reservation else math.ceil(growth * seen - 1e-9)
+    return -(-top // v.unit) * v.unit
+
+
 def service_curve(
     v: model.ServiceState, length: int, now: int, period: int, error_memory: float,
     service_level: float = 0.995, error_window: int = headroom.DEFAULT_WINDOW,
     room: list[int] | None = None, forecast: list[int] | None = None,
+    limit: int | None = None, floor: Sequence[int] | None = None,
 ) -> list[int]:
     """GPUs the plan holds for a service at steps now .. now+length-1: its forecast,
-    with headroom (`room`, else `service_room`) for the recent forecast error."""
+    with headroom (`room`, else `service_room`) for the recent forecast error, at most
+    `limit` at any step (`ceiling`)."""
     f = forecast if forecast is not None else forecast_curve(v, length, period)
     if room is None:
         room = service_room(v, f, service_level, error_window)
@@ -138,6 +141,10 @@ def service_curve(
                 if extra < 0.5:
                     break
                 f[k] += math.ceil(extra - 0.5)
+    if floor is not None:
+        f = [x if x > y else y for x, y in zip(f, floor, strict=True)]
+    if limit is not None:
+        f = [x if x < limit else limit for x in f]
     swap = v.max_swap
     need = f
     # Ramp up ahead of a rise the swap cap cannot follow in one step. (Comparisons,
@@ -314,3 +321,62 @@ def held_to_reservation(v: model.ServiceState, forecast: Sequence[int], room: li
         top = max(r, g + math.ceil(typical * (g if g > floor else floor) - 1e-9))
         out.append(x if x <= top - g else max(0, top - g))
     return out
+
+
+def cover(v: model.ServiceState, forecast: Sequence[int], reaches: Sequence[int],
+          period: int, objective: float, prior: float = 2.0) -> list[int] | None:
+    """The least a plan holds at each lead for a service whose forecast was seen wrong,
+    sized on whole steps: the forecast's most within r steps either way (its envelope)
+    times a ratio, plus a GPU; where the envelope is 0, the fewest GPUs that would have
+    left no more demand short there than the objective allows. The ratio is the smallest
+    that would have delivered `objective` of the demand seen (the service level's own
+    count; at most what its static reservation would have delivered there): where the
+    demand seen is a few dozen GPU-steps, and one GPU-step short misses the objective,
+    it covers the worst step seen; where it is large, rarer steps go short as the
+    objective allows.
+
+    Of the `reaches` r, the one that would have held the fewest GPU-steps over the steps
+    seen: a forecast right but for its timing or its noise wants a wide envelope and a
+    small ratio, a forecast with a level bias a narrow one. Until a `period` of steps
+    was seen, the ratio is at least `prior` (a forecast seen wrong one way may be wrong
+    the other). None while the forecast was right at every step (exact forecasts plan as
+    without it). The plan stays within the service's `ceiling`, so covering costs at most
+    what the static reservation costs."""
+    pd, pf = v.past_demand, v.past_forecast
+    n = min(len(pd), len(pf))
+    d = pd[len(pd) - n:]
+    f = pf[len(pf) - n:]
+    if d == f:
+        return None
+    level = v.service_level if v.service_level is not None else objective
+    if v.reservation is not None:
+        # No more than the static reservation would have delivered there: its promise is
+        # fifo's service level, not demand that no reservation covered.
+        level = min(level, headroom.delivered(d, [v.reservation] * n) or 1.0)
+    best: tuple[int, int, float, int] | None = None  # (GPU-steps held, reach, ratio, at zero)
+    for r in sorted(set(reaches)):
+        past = headroom.dilate(list(f) + list(forecast[:r]), r)[:n]
+        at_zero = _least_cover([x for x, e in zip(d, past, strict=True) if e == 0],
+                               (1.0 - level) * sum(d))
+        base = [float(COVER_MARGIN) if e > 0 else float(at_zero) for e in past]
+        unit = [float(e) for e in past]
+        ratio = headroom.smallest(
+            [float(x) for x in d], base, unit,
+            [(x - 1) / e for x, e in zip(d, past, strict=True) if e > 0], level)
+        if n < period:
+            ratio = max(ratio, prior)
+        held = sum(math.ceil(ratio * e - 1e-9) + COVER_MARGIN if e > 0 else at_zero for e in past)
+        if best is None or held < best[0]:
+            best = (held, r, ratio, at_zero)
+    assert best is not None
+    _, r, ratio, at_zero = best
+    ahead = headroom.dilate(list(forecast), r, f, r)
+    return [math.ceil(ratio * e - 1e-9) + COVER_MARGIN if e > 0 else at_zero for e in ahead]
+
+
+def _least_cover(demand: Sequence[int], short: float) -> int:
+    """The fewest GPUs that leave at most `short` GPU-steps of `demand` uncovered."""
+    for z in sorted(set(demand) | {0}):
+        if sum(x - z for x in demand if x > z) <= short + 1e-9:
+            return z
+    return max(demand, default=0)

@@ -8,7 +8,7 @@ import pytest
 
 from extender import config
 from extender.adapter import annotations as ann
-from extender.adapter import snapshot
+from extender.adapter import gangs, snapshot
 from extender.planner import model
 from tests.kubefake import deployment, make_pod, node
 
@@ -37,7 +37,7 @@ def test_gang_collects_its_pods_and_sums_gpus() -> None:
     s = build([node(0)], pods)
     g = s.gangs["ns/g"]
     assert g.gpus == 8 and g.error is None and g.waiting_for is None
-    assert g.arrival == snapshot.parse_time("2023-11-14T22:13:23Z")
+    assert g.arrival == ann.parse_time("2023-11-14T22:13:23Z")
 
 
 @pytest.mark.parametrize(("pods", "needle"), [
@@ -151,7 +151,7 @@ def test_a_gang_on_a_node_that_went_keeps_the_gpus_its_other_pods_hold() -> None
     s = build([node(0), node(1)], pods)
     g = s.gangs["ns/g"]
     assert g.admission is None and g.error is not None
-    assert g.error.startswith(snapshot.NODE_LOST) and "gpu-node-2" in g.error
+    assert g.error.startswith(gangs.NODE_LOST) and "gpu-node-2" in g.error
     assert s.foreign == {"gpu-node-1": 8}
     pods[0]["status"]["phase"] = "Failed"  # once it ends, they are free again
     assert build([node(0), node(1)], pods).foreign == {}
@@ -234,7 +234,7 @@ def test_unmanaged_namespaces_are_foreign() -> None:
 
 def test_layout_packs_largest_first_inside_nodes() -> None:
     c = model.Cluster(2, 8)
-    out = snapshot.layout([("a", 4), ("b", 8), ("c", 4)], model.Block(0, 16), c,
+    out = gangs.layout([("a", 4), ("b", 8), ("c", 4)], model.Block(0, 16), c,
                           ["n0", "n1"])
     assert out == {"b": "n0", "a": "n1", "c": "n1"}
 

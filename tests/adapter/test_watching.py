@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from extender.adapter import kube, watching
 from tests.kubefake import FakeKube, make_pod, node
-
-
-def wait(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from tests.waiting import wait_until
 
 
 def started(fake: FakeKube, kind: str = "pods", **kw: Any) -> watching.Informer:
     inf = watching.Informer(fake, kind, None, **kw)
     inf.start()
-    assert inf.synced.wait(5)
+    assert inf.synced.wait(10), f"{kind} informer not synced in 10 s"
     return inf
 
 
@@ -31,13 +25,13 @@ def test_list_then_watch_keeps_the_cache() -> None:
     inf = started(fake, on_change=changes.append)
     try:
         assert [p["metadata"]["name"] for p in inf.items()] == ["a"]
-        wait(lambda: bool(fake.watchers["pods"]))
+        wait_until(lambda: fake.watchers["pods"], what="the pods watch")
         fake.add("pods", make_pod("b").build())
-        wait(lambda: inf.get("ns/b") is not None)
+        wait_until(lambda: inf.get("ns/b") is not None, what="b's ADDED in the cache")
         fake.delete("pods", "ns/a")
-        wait(lambda: inf.get("ns/a") is None)
+        wait_until(lambda: inf.get("ns/a") is None, what="a's DELETED in the cache")
         # the list, the ADDED of b and the DELETED of a, each naming the informer's kind
-        wait(lambda: len(changes) >= 3)
+        wait_until(lambda: len(changes) >= 3, what="three on_change calls")
         time.sleep(0.05)  # room for a stray extra call to show up
         assert changes == ["pods", "pods", "pods"]
     finally:
@@ -48,14 +42,14 @@ def test_410_gone_relists() -> None:
     fake = FakeKube()
     inf = started(fake)
     try:
-        wait(lambda: bool(fake.watchers["pods"]))
+        wait_until(lambda: fake.watchers["pods"], what="the pods watch")
         lists = fake.lists
         # An object added while the watch "expired": only a relist can find it.
         with fake.lock:
             fake.objects["pods"]["ns/hidden"] = make_pod("hidden").build()
             fake.objects["pods"]["ns/hidden"]["metadata"]["resourceVersion"] = "999"
         fake.gone("pods")
-        wait(lambda: inf.get("ns/hidden") is not None)
+        wait_until(lambda: inf.get("ns/hidden") is not None, what="the relist after 410 Gone")
         assert fake.lists > lists
     finally:
         inf.stop()
@@ -80,9 +74,9 @@ def test_reconnects_after_failures() -> None:
     fake = Flaky(failures=2)
     inf = started(fake)
     try:
-        wait(lambda: bool(fake.watchers["pods"]), timeout=10)
+        wait_until(lambda: fake.watchers["pods"], what="the pods watch, after two failures")
         fake.add("pods", make_pod("late").build())
-        wait(lambda: inf.get("ns/late") is not None)
+        wait_until(lambda: inf.get("ns/late") is not None, what="late's ADDED in the cache")
         assert inf.restarts >= 2
     finally:
         inf.stop()
@@ -93,7 +87,7 @@ def test_resync_relists_periodically() -> None:
     inf = started(fake, resync_seconds=0.3)
     try:
         lists = fake.lists
-        wait(lambda: fake.lists >= lists + 2, timeout=5)
+        wait_until(lambda: fake.lists >= lists + 2, what="two resyncs (0.3 s apart)")
     finally:
         inf.stop()
 

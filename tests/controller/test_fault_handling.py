@@ -1,4 +1,4 @@
-"""Unit tests for what the issue-7 fault and bad-input runs found (see e2e/test_faults.py,
+"""Unit tests for what the fault and bad-input runs found (see e2e/test_faults.py,
 e2e/test_bad_input.py): each pins one fix on the fake API server."""
 
 from __future__ import annotations

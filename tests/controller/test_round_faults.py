@@ -15,27 +15,22 @@ from extender import metrics
 from extender.controller import stepping, verbs
 from tests.controller.test_stepping import Rig, gang
 from tests.kubefake import configmap, deployment, make_pod
+from tests.waiting import wait_until
 
 
-def _until(cond: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+class _Backoffs:
+    """The waits the loop begins on its stop event (the wait after a failed round), read
+    from the fake clock's record: each is listed once its deadline is fixed, so moving
+    the clock after seeing it always ends it."""
 
+    def __init__(self, rig: Rig) -> None:
+        self.clock, self.stop = rig.clock, rig.ctl._stop
 
-def _count_backoffs(rig: Rig) -> list[float]:
-    """The waits the loop starts on its stop event (the wait after a failed round)."""
-    waits: list[float] = []
-    real = rig.clock.wait
+    def __call__(self) -> list[float]:
+        return [s for e, s in list(self.clock.waits) if e is self.stop]
 
-    def wait(event: Any, seconds: float) -> bool:
-        if event is rig.ctl._stop:
-            waits.append(seconds)
-        return real(event, seconds)
-
-    rig.clock.wait = wait  # type: ignore[method-assign]
-    return waits
+    def __len__(self) -> int:
+        return len(self())
 
 
 def _failures() -> float:
@@ -57,27 +52,26 @@ def test_a_failed_round_is_retried_after_a_growing_wait_not_at_once(
         raise RuntimeError("one bad round")
 
     rig.ctl.plan_input = broken  # type: ignore[method-assign]
-    waits = _count_backoffs(rig)
+    waits = _Backoffs(rig)
     before = _failures()
     caplog.set_level(logging.DEBUG, logger="extender.controller.stepping")
     rig.ctl.start()
     try:
-        _until(lambda: len(calls) >= 1)
+        wait_until(lambda: len(waits) >= 1, what="the wait after the first failed round")
         time.sleep(0.4)
         # The fake clock has not moved: the retry waits (it used to run tens of
         # thousands of rounds in this time).
         assert len(calls) == 1
-        _until(lambda: len(waits) >= 1)
         rig.clock.advance(stepping.BACKOFF_FIRST)
-        _until(lambda: len(waits) >= 2)
+        wait_until(lambda: len(waits) >= 2, what="the wait after the second failed round")
         assert len(calls) == 2
         rig.clock.advance(stepping.BACKOFF_FIRST)  # the second wait is twice the first
         time.sleep(0.3)
         assert len(calls) == 2
         rig.clock.advance(stepping.BACKOFF_FIRST)
-        _until(lambda: len(waits) >= 3)
+        wait_until(lambda: len(waits) >= 3, what="the wait after the third failed round")
         assert len(calls) == 3
-        assert waits == [0.5, 1.0, 2.0]
+        assert waits() == [0.5, 1.0, 2.0]
         assert _failures() - before == len(calls)
         assert rig.ctl.last_error == "RuntimeError: one bad round"
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -85,14 +79,17 @@ def test_a_failed_round_is_retried_after_a_growing_wait_not_at_once(
         assert rig.ctl.rounds == 0
         # Mended: the next retry runs the round, and the wait is gone.
         rig.ctl.plan_input = real  # type: ignore[method-assign]
-        time.sleep(0.2)
         rig.clock.advance(stepping.BACKOFF_MAX)
-        _until(lambda: rig.ctl.rounds >= 1)
+        # The WARNING is the loop's last word on the mended round: once it is there,
+        # the round count, the error and the table are settled too.
+        wait_until(lambda: any(r.getMessage() == "step recovered after 3 failed rounds"
+                               for r in caplog.records),
+                   what="the WARNING 'step recovered after 3 failed rounds'")
+        assert rig.ctl.rounds >= 1
         assert rig.ctl.last_error is None
         assert rig.ctl.table.step == rig.ctl.step_of(rig.clock.now())
-        assert any("recovered after" in r.getMessage() for r in caplog.records)
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
     assert not rig.ctl.alive()
 
 
@@ -105,16 +102,18 @@ def test_the_wait_after_a_failed_round_never_runs_past_the_next_boundary() -> No
         raise RuntimeError("bad")
 
     rig.ctl.plan_input = broken  # type: ignore[method-assign]
-    waits = _count_backoffs(rig)
+    waits = _Backoffs(rig)
     rig.ctl.start()
     try:
         for i in range(1, 6):
-            _until(lambda i=i: len(waits) >= i)  # type: ignore[misc]
+            wait_until(lambda i=i: len(waits) >= i,  # type: ignore[misc]
+                       what=f"wait number {i} after a failed round")
             rig.clock.advance(0.5)
-        _until(lambda: len(calls) >= 6)
-        assert waits == [0.5] * len(waits)  # capped
+        wait_until(lambda: len(calls) >= 6, what="the sixth round")
+        assert waits() == [0.5] * len(waits)  # capped
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 def test_the_wait_after_a_failed_round_ends_at_the_next_boundary() -> None:
@@ -125,15 +124,16 @@ def test_the_wait_after_a_failed_round_ends_at_the_next_boundary() -> None:
         raise RuntimeError("bad")
 
     rig.ctl.plan_input = broken  # type: ignore[method-assign]
-    waits = _count_backoffs(rig)
+    waits = _Backoffs(rig)
     rig.ctl.start()
     try:
-        _until(lambda: len(waits) >= 1)
+        wait_until(lambda: len(waits) >= 1, what="the wait after the first failed round")
         rig.clock.advance(0.5)
-        _until(lambda: len(waits) >= 2)
-        assert waits[0] == 0.5 and waits[1] == pytest.approx(0.3)  # not 1 s: a new step
+        wait_until(lambda: len(waits) >= 2, what="the wait after the second failed round")
+        assert waits()[:2] == [0.5, pytest.approx(0.3)]  # not 1 s: a new step
     finally:
-        rig.ctl.stop(wait=2)
+        rig.ctl.stop(wait=10)  # not left running into the next test
+    assert not rig.ctl.alive()
 
 
 # --- one service's demand read fails oddly: that service's problem only ---------------------

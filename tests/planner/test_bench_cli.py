@@ -63,7 +63,7 @@ def test_optimality_table_shows_the_bound_over_fifo() -> None:
 
     s = scenarios.load(scenarios.resolve("training-heavy"))
     rows = [benchmarking.run_one(s, p, progress=False) for p in ("fifo", "gpuroster")]
-    table = benchmarking.optimality_table(rows, [s], bound_seconds=20.0)
+    table = benchmarking.optimality_table(benchmarking.optimality(rows, [s], bound_seconds=20.0))
     head, line = table.splitlines()
     assert head.split()[-1] == "bound/fifo"
     cells = line.split()

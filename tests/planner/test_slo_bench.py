@@ -1,4 +1,4 @@
-"""bench/slo.py: the two counts of issue 25's Done-when are counted as the issue says."""
+"""bench/slo.py: the bar's two counts (service level under fifo's, value at least fifo's)."""
 
 from __future__ import annotations
 
