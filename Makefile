@@ -58,6 +58,7 @@ cluster-bin: venv
 	$(GPUROSTER) cluster build >/dev/null
 
 # e.g. make cluster-up CLUSTER_ARGS="--nodes 8 --gpus-per-node 8 --extender-port 8888"
+# GPUs as DRA devices (a fake DRA driver's ResourceSlices, docs/dra.md): CLUSTER_ARGS="--gpus dra"
 CLUSTER_ARGS ?=
 cluster-up: venv cluster-bin
 	$(GPUROSTER) cluster up $(CLUSTER_ARGS)

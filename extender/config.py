@@ -23,6 +23,7 @@ DEFAULT_DURATIONS: dict[str, str] = {
 }
 POLICIES = ("gpuroster", "fifo", "priority-skip", "priority-easy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+GPU_MODES = ("device-plugin", "dra")
 
 # [0-9], not \d: \d also takes other scripts' digits (a full-width "6h" read as 6h).
 _DURATION = re.compile(r"^\s*(?:([0-9]+(?:\.[0-9]+)?)\s*(d|h|m|s|ms))+\s*$")
@@ -120,6 +121,13 @@ class Settings:
     # Plan and publish, never write to the cluster; the verbs let kube-scheduler place
     # every pod as if the extender were absent (docs/try-it-first.md).
     shadow: bool = False
+    # How GPUs reach pods: the nvidia.com/gpu extended resource (device plugin), or DRA
+    # devices (ResourceSlices and ResourceClaims; docs/dra.md).
+    gpus: str = "device-plugin"
+
+    @property
+    def dra(self) -> bool:
+        return self.gpus == "dra"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -221,6 +229,8 @@ def validate(s: Settings) -> None:
         raise bad("resync_seconds", "must be positive")
     if s.max_body_bytes < 1024:
         raise bad("max_body_bytes", "must be at least 1024")
+    if s.gpus not in GPU_MODES:
+        raise bad("gpus", f"one of {', '.join(GPU_MODES)}, got {s.gpus!r}")
 
 
 # name, env suffix, parser from text, help
@@ -274,6 +284,8 @@ _FIELDS: tuple[tuple[str, _Parser, str], ...] = (
     ("max_body_bytes", int, "largest extender request body accepted"),
     ("shadow", _bool, "shadow mode: plan and publish (plan page, metrics, log) but never "
      "write to the cluster; filter passes every node, bind is refused"),
+    ("gpus", str, "how pods get GPUs: device-plugin (nvidia.com/gpu) | dra (devices from "
+     "ResourceSlices; an admitted gang's claims are allocated its planned devices)"),
 )
 
 # Booleans that may be given as a bare flag (`--shadow`) as well as with a value.

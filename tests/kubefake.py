@@ -41,6 +41,7 @@ class FakeKube:
         self.fail_patch: set[str] = set()  # pod keys whose patch fails
         self.fail_bind: set[str] = set()
         self.fail_evict: set[str] = set()  # pod keys a disruption budget protects
+        self.fail_claim: set[str] = set()  # claim keys whose status patch fails
         self.lists = 0
 
     # --- test helpers -------------------------------------------------------------
@@ -164,6 +165,30 @@ class FakeKube:
             conds[:] = [x for x in conds if x["type"] != c["type"]] + [c]
         self.add("pods", pod)
 
+    def patch_claim_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        k = f"{namespace}/{name}"
+        self.calls.append(("claim", k))
+        if k in self.fail_claim:
+            raise kube.ApiError(422, "injected failure")
+        if k not in self.objects["resourceclaims"]:
+            raise kube.ApiError(404, f"resourceclaims {name!r} not found")
+        claim = copy.deepcopy(self.objects["resourceclaims"][k])
+        status = claim.setdefault("status", {})
+        new = patch["status"].get("allocation")
+        if status.get("allocation") and new is not None:
+            raise kube.ApiError(422, "status.allocation: field is immutable")
+        if new is None and status.get("reservedFor"):
+            raise kube.ApiError(422, "status.allocation: may not be cleared while reserved")
+        status["allocation"] = new
+        return self.add("resourceclaims", claim)
+
+    def patch_claim(self, namespace: str, name: str, patch: Obj) -> Obj:
+        k = f"{namespace}/{name}"
+        self.calls.append(("claim-meta", k))
+        claim = copy.deepcopy(self.objects["resourceclaims"][k])
+        claim["metadata"]["finalizers"] = patch["metadata"]["finalizers"]
+        return self.add("resourceclaims", claim)
+
     def create_event(self, namespace: str, body: Obj) -> None:
         self.events.append(body)
 
@@ -249,8 +274,49 @@ class PodBuilder:
              "uid": "rs"}]
         return self
 
+    def claims(self, gpus: int) -> PodBuilder:
+        """A GPU claim from a template (status names the claim `<pod>-gpus`); add the
+        claim itself with `claim(...)`."""
+        name = self.obj["metadata"]["name"]
+        self.obj["spec"]["resourceClaims"] = [{"name": "gpus",
+                                               "resourceClaimTemplateName": f"gpus-{gpus}"}]
+        self.obj["status"]["resourceClaimStatuses"] = [{"name": "gpus",
+                                                        "resourceClaimName": f"{name}-gpus"}]
+        return self
+
     def build(self) -> Obj:
         return copy.deepcopy(self.obj)
+
+
+def claim(pod: str, gpus: int, namespace: str = "ns") -> Obj:
+    """The ResourceClaim kube-controller-manager makes for `pod` from its template."""
+    return {"metadata": {"name": f"{pod}-gpus", "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                "count": gpus}}]}}}
+
+
+def resource_slice(index: int, gpus: int = 8, nvlink: int = 0) -> Obj:
+    """The fake DRA driver's slice for gpu-node-<index>: devices in reverse name order,
+    to show that the index attribute orders them."""
+    name = f"gpu-node-{index}"
+    devices = []
+    for i in reversed(range(gpus)):
+        attrs: Obj = {"type": {"string": "gpu"}, "index": {"int": i}}
+        if nvlink:
+            attrs["nvlinkDomain"] = {"int": i // nvlink}
+        devices.append({"name": f"gpu-{i}", "attributes": attrs})
+    return {"metadata": {"name": f"{name}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def dra_node(index: int) -> Obj:
+    """A node whose GPUs are DRA devices only."""
+    n = node(index)
+    del n["status"]["allocatable"]["nvidia.com/gpu"]
+    return n
 
 
 def make_pod(name: str, namespace: str = "ns") -> PodBuilder:

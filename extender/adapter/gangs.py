@@ -70,8 +70,16 @@ def layout(pods: list[tuple[str, int]], block: model.Block, cluster: model.Clust
 
     Raises AnnotationError if some pod would straddle two nodes.
     """
+    return {k: nodes[i // cluster.gpus_per_node] for k, i in slots(pods, block, cluster).items()}
+
+
+def slots(pods: list[tuple[str, int]], block: model.Block,
+          cluster: model.Cluster) -> dict[str, int]:
+    """The grid index of each pod's first GPU inside `block` (`layout`'s packing); the
+    pod holds that GPU and the next ones on its node. Raises AnnotationError if some
+    pod would straddle two nodes."""
     g = cluster.gpus_per_node
-    out: dict[str, str] = {}
+    out: dict[str, int] = {}
     at = block.start
     for key, gpus in sorted(pods, key=lambda p: (-p[1], p[0])):
         first, last = at // g, (at + gpus - 1) // g
@@ -79,7 +87,7 @@ def layout(pods: list[tuple[str, int]], block: model.Block, cluster: model.Clust
             raise ann.AnnotationError(
                 f"the gang's pods ({', '.join(str(n) for _, n in pods)} GPUs) cannot be "
                 f"packed into whole nodes of {g} GPUs")
-        out[key] = nodes[first]
+        out[key] = at
         at += gpus
     return out
 

@@ -16,8 +16,11 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-KINDS = ("nodes", "pods", "deployments", "configmaps", "priorityclasses")
-NAMESPACED = {"pods", "deployments", "configmaps"}
+KINDS = ("nodes", "pods", "deployments", "configmaps", "priorityclasses", "resourceslices",
+         "resourceclaims")
+NAMESPACED = {"pods", "deployments", "configmaps", "resourceclaims"}
+# The field manager of the claim allocations gpuroster writes (DRA mode).
+FIELD_MANAGER = "gpuroster"
 MERGE = "application/merge-patch+json"
 # Pod conditions merge by type only under a strategic merge patch.
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -50,6 +53,11 @@ class Kube(Protocol):
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    def patch_claim_status(self, namespace: str, name: str,
+                           patch: dict[str, Any]) -> dict[str, Any]: ...
+
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
 
 class Client:
     """`Kube` over the official client. `kubeconfig` empty: in-cluster config."""
@@ -67,6 +75,7 @@ class Client:
         self.core: Any = client.CoreV1Api(self.api)
         self.apps: Any = client.AppsV1Api(self.api)
         self.scheduling: Any = client.SchedulingV1Api(self.api)
+        self.resource: Any = client.ResourceV1Api(self.api)
         self.timeout = qps_timeout
 
     def close(self) -> None:
@@ -80,10 +89,13 @@ class Client:
             return self.core.list_node, {}
         if kind == "priorityclasses":
             return self.scheduling.list_priority_class, {}
+        if kind == "resourceslices":
+            return self.resource.list_resource_slice, {}
         if kind not in NAMESPACED:
             raise ValueError(f"unknown kind {kind!r}")
-        api = self.apps if kind == "deployments" else self.core
-        singular = {"pods": "pod", "deployments": "deployment", "configmaps": "config_map"}[kind]
+        api = {"deployments": self.apps, "resourceclaims": self.resource}.get(kind, self.core)
+        singular = {"pods": "pod", "deployments": "deployment", "configmaps": "config_map",
+                    "resourceclaims": "resource_claim"}[kind]
         if namespace:
             return getattr(api, f"list_namespaced_{singular}"), {"namespace": namespace}
         return getattr(api, f"list_{singular}_for_all_namespaces"), {}
@@ -149,6 +161,23 @@ class Client:
             resp = self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False,
                                                   _content_type=MERGE,
                                                   _request_timeout=self.timeout)
+            doc: dict[str, Any] = json.loads(resp.data)
+            return doc
+
+    def patch_claim_status(self, namespace: str, name: str,
+                           patch: dict[str, Any]) -> dict[str, Any]:
+        with _errors():
+            resp = self.resource.patch_namespaced_resource_claim_status(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE,
+                field_manager=FIELD_MANAGER, _request_timeout=self.timeout)
+            doc: dict[str, Any] = json.loads(resp.data)
+            return doc
+
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        with _errors():
+            resp = self.resource.patch_namespaced_resource_claim(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE,
+                field_manager=FIELD_MANAGER, _request_timeout=self.timeout)
             doc: dict[str, Any] = json.loads(resp.data)
             return doc
 
@@ -236,6 +265,13 @@ class ReadOnly:
 
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         raise self._refuse("patch_status", f"pod {namespace}/{name}")
+
+    def patch_claim_status(self, namespace: str, name: str,
+                           patch: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse("patch_status", f"resourceclaim {namespace}/{name}")
+
+    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse("patch", f"resourceclaim {namespace}/{name}")
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         raise self._refuse("create_event", f"an Event in {namespace}")

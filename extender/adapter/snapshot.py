@@ -50,6 +50,24 @@ class Snapshot:
     foreign: dict[str, int]  # node -> GPUs held by pods outside the plan
     configmaps: dict[str, Obj]
     pods: dict[str, Obj]
+    # DRA mode: each node's GPU devices ("pool/device") in offset order, and the devices
+    # each pod's claims hold.
+    node_devices: dict[str, list[str]] = field(default_factory=dict)
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    # DRA mode: GPUs (grid indices) that claims outside the plan hold, by identity; the
+    # pods among them are no longer in `foreign`, which can only count.
+    held: frozenset[int] = frozenset()
+
+    def block_devices(self, block: model.Block) -> list[str]:
+        """DRA mode: the devices a block stands for (those the nodes list)."""
+        g = self.cluster.gpus_per_node
+        out = []
+        for i in block.gpus():
+            listed = self.node_devices.get(self.nodes[i // g], []) if i // g < len(
+                self.nodes) else []
+            if i % g < len(listed):
+                out.append(listed[i % g])
+        return out
 
     def node_gpus(self, node: str) -> range:
         i = self.node_index[node]
@@ -116,8 +134,12 @@ def deployment_of(pod: Obj) -> str | None:
 def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
           configmaps: Iterable[Obj], settings: config.Settings,
           assumed: Mapping[str, str] | None = None,
-          namespaces: Iterable[str] = (), priority_classes: Iterable[Obj] = ()) -> Snapshot:
+          namespaces: Iterable[str] = (), priority_classes: Iterable[Obj] = (),
+          problems: Mapping[str, str] | None = None) -> Snapshot:
+    """`problems`: pod key -> why the pod's GPUs cannot be read (its DRA claims): a
+    pending such pod is a broken gang of its own, told why and never planned."""
     assumed = assumed or {}
+    problems = problems or {}
     pcs = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
     managed = set(namespaces)
     gpu_nodes = sorted((n for n in nodes if _allocatable_gpus(n) > 0), key=_order)
@@ -165,6 +187,9 @@ def build(nodes: Iterable[Obj], pods: Iterable[Obj], deployments: Iterable[Obj],
     broken: dict[str, gangs.Gang] = {}
     for k, p in all_pods.items():
         pspec = p.get("spec") or {}
+        if k in problems and in_scope(p) and gangs.pod_live(p) and not pspec.get("nodeName"):
+            broken[k] = gangs.Gang(name=k, pods=[p], error=problems[k])
+            continue
         try:
             gpus = ann.pod_gpus(pspec)
         except ann.AnnotationError:

@@ -163,12 +163,13 @@ class Informer:
 
 class Cache:
     """Nodes, Pods, Deployments and ConfigMaps (and, with ``priority_classes``, the
-    cluster's PriorityClasses), plus assumed bindings."""
+    cluster's PriorityClasses; with ``dra``, ResourceSlices and ResourceClaims), plus
+    assumed bindings."""
 
     def __init__(self, client: kube.Kube, namespaces: Iterable[str] = (), *,
                  resync_seconds: float = 300.0,
                  on_change: Callable[[str], None] | None = None,
-                 priority_classes: bool = False) -> None:
+                 priority_classes: bool = False, dra: bool = False) -> None:
         ns: list[str | None] = list(namespaces) or [None]
         self.namespaces = tuple(n for n in ns if n)
         kw: dict[str, Any] = {"resync_seconds": resync_seconds, "on_change": on_change}
@@ -179,6 +180,11 @@ class Cache:
         }
         if priority_classes:
             self.informers["priorityclasses"] = [Informer(client, "priorityclasses", None, **kw)]
+        if dra:
+            self.informers["resourceslices"] = [Informer(client, "resourceslices", None, **kw)]
+            # Every namespace's claims: the devices they hold are the whole cluster's, not
+            # only the managed namespaces'.
+            self.informers["resourceclaims"] = [Informer(client, "resourceclaims", None, **kw)]
         self._assumed: dict[str, str] = {}  # pod key -> node
         self._lock = threading.Lock()
 

@@ -30,7 +30,8 @@ def build(settings: config.Settings, client: Any = None, clock: Any = None) -> t
     cache = watching.Cache(client, settings.namespaces, resync_seconds=settings.resync_seconds,
                            on_change=lambda kind: holder[0].mark_dirty(kind) if holder else None,
                            # a Deployment's pod template has no resolved priority value
-                           priority_classes=bool(settings.priority_class_values))
+                           priority_classes=bool(settings.priority_class_values),
+                           dra=settings.dra)
     elector = None
     # A Lease is a write: in shadow mode every replica plans alone, none elected.
     if settings.leader_elect and isinstance(client, kube.Client) and not settings.shadow:

@@ -174,7 +174,9 @@ class Builder:
                 most_per_node=sv.spec.gpus_per_replica if sv.apart else 0,
                 service_level=sv.spec.service_level,
                 past_held=self.past_held(name, step, len(past))))
-        unavailable = set(snap.unavailable) | frozen
+        # DRA mode: GPUs claims outside the plan hold, by identity
+        unavailable = set(snap.unavailable) | frozen | {x for x in snap.held
+                                                        if not taken >> x & 1}
         for node, n in snap.foreign.items():
             if node not in snap.node_index:
                 continue

@@ -42,6 +42,8 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
         if name in jobs:
             jobs[name]["gpus"] += r.gpus
             jobs[name]["block"] += f", {label}"
+            if "planned_devices" in jobs[name]:
+                jobs[name]["planned_devices"] += snap.block_devices(r.block)
             continue
         g = snap.gangs.get(name)
         jobs[name] = {"state": "running", "gpus": r.gpus, "priority": r.priority,
@@ -51,6 +53,9 @@ def build(snap: snapshot.Snapshot, plan: model.Plan, inp: model.PlanInput, step:
                           step_start + (r.expected_end(step) - step) * step_seconds),
                       "placed_by": "scheduler" if g is not None and g.placed is not None
                       else "gpuroster"}
+        if snap.node_devices and g is not None:  # DRA mode: the devices, by identity
+            jobs[name]["devices"] = {k: snap.devices.get(k, []) for k in g.pod_keys()}
+            jobs[name]["planned_devices"] = snap.block_devices(r.block)
     for q in inp.queued:
         start = plan.planned_start.get(q.name)
         block = plan.planned_block.get(q.name)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender import config, metrics
-from extender.adapter import gangs, kube, snapshot, watching
+from extender.adapter import dra, gangs, kube, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import (
     demand,
@@ -98,6 +98,8 @@ class Controller:
         self.shadow = shadowing.Observer(settings) if settings.shadow else None
         self.view: dict[str, Any] = {}
         self.state: metrics.StepState | None = None
+        self._dra_problems: dict[str, str] = {}  # pod -> why its claims are not planned
+        self._off_plan_seen: dict[str, str] = {}  # pod -> its devices outside its block
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -226,9 +228,62 @@ class Controller:
 
     def take_snapshot(self) -> snapshot.Snapshot:
         c = self.cache
-        return snapshot.build(c.items("nodes"), c.items("pods"), c.items("deployments"),
+        nodes, pods = c.items("nodes"), c.items("pods")
+        problems: dict[str, str] = {}
+        if self.settings.dra:  # DRA devices and claims, read as GPUs and GPU requests
+            nodes, pods, problems = dra.view(nodes, pods, c.items("resourceslices"),
+                                             c.items("resourceclaims"))
+            for k, why in problems.items():
+                if self._dra_problems.get(k) != why:
+                    log.warning("pod %s is not planned: %s", k, why)
+            self._dra_problems = problems
+        snap = snapshot.build(nodes, pods, c.items("deployments"),
                               c.items("configmaps"), self.settings, c.assumed(),
-                              self.settings.namespaces, c.items("priorityclasses"))
+                              self.settings.namespaces, c.items("priorityclasses"),
+                              problems)
+        if self.settings.dra:
+            snap.node_devices = dra.device_ids(c.items("resourceslices"))
+            snap.devices = dra.pod_devices(pods, c.items("resourceclaims"))
+            self._off_plan(snap)
+            self._held_outside(snap, pods)
+        return snap
+
+    def _held_outside(self, snap: snapshot.Snapshot, pods: list[dict[str, Any]]) -> None:
+        """DRA mode: the GPUs claims outside the plan hold, by identity, instead of a
+        count per node (the plan would otherwise take the node's first free GPUs as
+        theirs, plan a gang onto the ones really held, and have its claim refused)."""
+        planned = {k for g in snap.gangs.values() if g.admission is not None or g.placed
+                   for k in g.pod_keys()} | set(snap.pod_service)
+        offsets, counted = dra.held_outside(pods, self.cache.items("resourceclaims"),
+                                            self.cache.items("resourceslices"), planned)
+        g = snap.cluster.gpus_per_node
+        held: set[int] = set()
+        for node, idx in offsets.items():
+            if node in snap.node_index:
+                base = snap.node_index[node] * g
+                held.update(base + i for i in idx if i < g)
+        snap.held = frozenset(held)
+        for node, n in counted.items():
+            if node in snap.foreign:
+                snap.foreign[node] = max(0, snap.foreign[node] - n)
+
+    def _off_plan(self, snap: snapshot.Snapshot) -> None:
+        """Log (once) an admitted pod whose claim holds devices outside its gang's block:
+        kube-scheduler reallocated it (its PostFilter may, when the planned node did not
+        fit), or something else wrote the claim."""
+        seen: dict[str, str] = {}
+        for g in snap.gangs.values():
+            if g.admission is None:
+                continue
+            planned = set(snap.block_devices(g.admission.block))
+            for k in g.pod_keys():
+                off = sorted(set(snap.devices.get(k, ())) - planned)
+                if off:
+                    seen[k] = ", ".join(off)
+                    if self._off_plan_seen.get(k) != seen[k]:
+                        log.warning("pod %s of gang %s holds devices outside its block: %s",
+                                    k, g.name, seen[k])
+        self._off_plan_seen = seen
 
     def plan_input(self, snap: snapshot.Snapshot,
                    step: int) -> tuple[model.PlanInput, dict[str, str]]:

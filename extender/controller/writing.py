@@ -2,7 +2,8 @@
 
 Owns, for the decisions of a round's plan:
 - **admit** a gang whose planned start is now: write its admission on every pod
-  (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate lifted). A
+  (`gpuroster.io/block`, `admitted-at`, `node`; the scheduling gate lifted; in DRA
+  mode, before those, its GPU claims allocated the block's devices). A
   written record is never undone: kube-scheduler may bind that pod at once. If a
   later pod's write fails, the gang is admitted all the same and its unwritten
   pods are written by the refill (this round and the next ones). A write with no
@@ -31,12 +32,12 @@ a Lease lost in the middle of a round stops the writes that follow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from extender import config, metrics
 from extender.adapter import annotations as ann
-from extender.adapter import gangs, kube, objects, snapshot, watching
+from extender.adapter import dra, gangs, kube, objects, snapshot, watching
 from extender.controller import clock as clock_mod
 from extender.controller import explaining
 from extender.planner import model
@@ -107,9 +108,9 @@ class Writer:
                                 "is not given out until it is known whether it was applied")
                 continue
             try:
-                per_pod = gangs.layout(
-                    [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods],
-                    block, snap.cluster, snap.nodes)
+                sizes = [(ann.key(p), ann.pod_gpus(p.get("spec") or {})) for p in gang.pods]
+                per_pod = gangs.layout(sizes, block, snap.cluster, snap.nodes)
+                slot = gangs.slots(sizes, block, snap.cluster)
             except ann.AnnotationError as e:
                 failed[name] = str(e)
                 continue
@@ -124,8 +125,15 @@ class Writer:
                     error, lost = "the Lease was lost", True
                     break
                 try:
+                    if self.settings.dra:  # the claims first: the gate lifts after them
+                        at = slot[k] % snap.cluster.gpus_per_node
+                        self._allocate(pod, per_pod[k], range(at, at + dict(sizes)[k]))
                     self._write_admission(pod, label, now, per_pod[k])
                     done[k] = per_pod[k]
+                except dra.ClaimError as e:
+                    error = f"admission of {k} refused: {e}"
+                    self.explainer.tell(pod, "ClaimNotAllocated", str(e), now, False, True)
+                    break
                 except kube.ApiError as e:
                     error = f"admission write failed on {k}: {e}"
                     if unknown_outcome(e) and not done:
@@ -215,7 +223,15 @@ class Writer:
                 if not self.leader():
                     return failed
                 try:
+                    if self.settings.dra:
+                        gpus = ann.pod_gpus(pod.get("spec") or {})
+                        self._allocate(pod, node,
+                                       self._refill_offsets(adm.block, node, snap, gpus))
                     self._write_admission(pod, label, adm.admitted_at, node)
+                except dra.ClaimError as e:
+                    failed[k] = f"admission of {k} refused: {e}"
+                    log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
+                    continue
                 except kube.ApiError as e:
                     failed[k] = f"admission write failed on {k}: {e}"
                     log.warning("replacement %s of gang %s not admitted: %s", k, name, e)
@@ -232,6 +248,68 @@ class Writer:
                                     f"block {label}, node {node}", now, True, False)
                 log.info("pod %s replaces an ended pod of gang %s on %s", k, name, node)
         return failed
+
+    def _refill_offsets(self, block: model.Block, node: str, snap: snapshot.Snapshot,
+                        gpus: int) -> list[int]:
+        """DRA mode: the first ``gpus`` GPUs of ``block`` on ``node`` that no claim holds
+        (an ended member's), as in-node offsets."""
+        g = snap.cluster.gpus_per_node
+        base = snap.node_index[node] * g
+        devices = dra.node_devices(self.cache.items("resourceslices")).get(node, [])
+        held = dra.allocated(self.cache.items("resourceclaims"))
+        free = [i - base for i in block.gpus() if base <= i < base + g and i - base < len(
+            devices) and f"{devices[i - base]['pool']}/{devices[i - base]['name']}" not in held]
+        return free[:gpus]
+
+    def _allocate(self, pod: Obj, node: str, offsets: Sequence[int]) -> None:
+        """DRA mode: allocate the pod's GPU claims the devices at ``offsets`` of ``node``
+        (its GPU devices in offset order: `dra.node_devices`), before its gate is lifted.
+
+        Idempotent: a claim that already holds exactly those devices is left alone; one
+        allocated elsewhere but not yet reserved by a pod (an admission that failed
+        half way) is deallocated first. Devices another claim holds, or a claim that a
+        pod already uses, raise ClaimError and nothing is written."""
+        claims = {ann.key(c): c for c in self.cache.items("resourceclaims")}
+        mine = [c for c in dra.claims_of(pod, claims) if dra.gpu_requests(c)]
+        if not mine:
+            # nvidia.com/gpu served through DRA: kube-scheduler makes and allocates the
+            # claim itself in PreBind; the plan holds the node, not the devices.
+            return
+        devices = dra.node_devices(self.cache.items("resourceslices")).get(node, [])
+        gpus = sum(n for c in mine for _, n in dra.gpu_requests(c))
+        if len(offsets) != gpus or any(i >= len(devices) for i in offsets):
+            raise dra.ClaimError(f"{node} lists {len(devices)} GPU devices; the plan gives "
+                                 f"the pod's {gpus} GPUs at {list(offsets)}")
+        want = [devices[i] for i in offsets]
+        held = dra.allocated(claims.values())
+        at = 0
+        for claim in mine:
+            n = sum(c for _, c in dra.gpu_requests(claim))
+            part = want[at:at + n]
+            at += n
+            ck = ann.key(claim)
+            ids = [f"{d['pool']}/{d['name']}" for d in part]
+            if dra.held_by(claim) == ids:
+                continue
+            other = next((f"{i} (claim {held[i]})" for i in ids if held.get(i, ck) != ck), None)
+            if other is not None:
+                raise dra.ClaimError(f"the planned device {other} on {node} is allocated "
+                                     "outside the plan")
+            m = claim.get("metadata") or {}
+            ns, name = str(m.get("namespace")), str(m.get("name"))
+            if dra.held_by(claim):
+                if (claim.get("status") or {}).get("reservedFor"):
+                    raise dra.ClaimError(f"claim {ck} is allocated other devices and in use")
+                self.client.patch_claim_status(ns, name, {"status": {"allocation": None}})
+            fin = dra.finalizer_patch(claim)
+            if fin is not None:  # before the allocation, as kube-scheduler does
+                claim = self.client.patch_claim(ns, name, fin)
+            new = self.client.patch_claim_status(
+                ns, name, dra.allocation(claim, node, part,
+                                         ann.format_time(self.clock.now())[:19] + "Z"))
+            if isinstance(new, dict) and new.get("metadata"):
+                self.cache.put("resourceclaims", new)
+            log.info("claim %s of pod %s allocated %s", ck, ann.key(pod), ", ".join(ids))
 
     def _write_admission(self, pod: Obj, label: str, at: float, node: str) -> None:
         """Write a pod's admission record (and lift its scheduling gate); ApiError on failure."""

@@ -9,6 +9,8 @@ No containers, no network beyond 127.0.0.1.
 - ``cluster``: :class:`Cluster` (start, stop, nodes, faults), ``binaries_dir``;
 - ``commands``: ``gpuroster cluster up|down|status|kubeconfig|...``;
 - ``objects``: fake GPU nodes and test pods as plain dicts;
+- ``dradriver``: a fake DRA driver (DeviceClass, one ResourceSlice a node) for
+  clusters whose GPUs are DRA devices (``Cluster(gpus="dra")``);
 - ``pki``, ``processes``, ``rendering``: certificates, child processes, files;
 - ``waiting``: polling for a condition.
 

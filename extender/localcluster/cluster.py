@@ -8,6 +8,9 @@ benchmark and the demo.
         cluster.add_node()                     # gpu-node-4, 8 GPUs
         cluster.set_node_ready("gpu-node-0", False)
 
+    with Cluster(nodes=2, gpus="dra") as cluster:  # GPUs as DRA devices (dradriver)
+        ...
+
 Processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 (configured from the packaged ``scheduler-config.yaml``, the same as
 ``deploy/scheduler/scheduler-config.yaml``) and the KWOK controller (stages in
@@ -40,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from extender.localcluster import objects, pki, processes, rendering
+from extender.localcluster import dradriver, objects, pki, processes, rendering
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -55,6 +58,9 @@ POD_CIDR = "10.64.0.0/12"
 # `gpuroster cluster leftovers` can find what outlived the run.
 RUN_ID_ENV = "GPUROSTER_RUN_ID"
 _NODE_LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# How fake nodes offer their GPUs: as the nvidia.com/gpu extended resource (what
+# NVIDIA's device plugin advertises) or as DRA devices in ResourceSlices.
+GPU_MODES = ("device-plugin", "dra")
 
 
 class ClusterError(RuntimeError):
@@ -125,7 +131,13 @@ class Cluster:
         bin_dir: Path | None = None,
         verbosity: int = 2,
         extender_shadow: bool = False,
+        gpus: str = "device-plugin",
+        nvlink_domain_size: int = 0,
     ) -> None:
+        if gpus not in GPU_MODES:
+            raise ValueError(f"gpus must be one of {GPU_MODES}, not {gpus!r}")
+        self.gpu_mode = gpus
+        self.nvlink_domain_size = nvlink_domain_size
         self.initial_nodes = nodes
         self.extender_shadow = extender_shadow
         self.gpus_per_node = gpus_per_node
@@ -148,6 +160,10 @@ class Cluster:
         self._up = False
 
     # --- addresses -----------------------------------------------------------
+
+    @property
+    def dra(self) -> bool:
+        return self.gpu_mode == "dra"
 
     @property
     def extender_port(self) -> int:
@@ -193,6 +209,8 @@ class Cluster:
             self._start_apiserver()
             self._wait(lambda: self._https_ok(f"{self.server}/readyz"), deadline,
                        "kube-apiserver ready")
+            if self.dra:
+                dradriver.publish_class(self.api())
             self._start_controller_manager()
             self._start_scheduler()
             self._start_kwok()
@@ -324,15 +342,21 @@ class Cluster:
         from kubernetes.client.exceptions import ApiException
 
         index = self._next_index() if index is None else index
-        body = objects.fake_gpu_node(index, gpus or self.gpus_per_node, labels=labels)
+        if self.dra and self.nvlink_domain_size:
+            labels = {dradriver.NVLINK_LABEL: str(self.nvlink_domain_size), **(labels or {})}
+        body = objects.fake_gpu_node(index, gpus or self.gpus_per_node, labels=labels,
+                                     dra=self.dra)
         try:
             client.CoordinationV1Api(self.api()).delete_namespaced_lease(
                 str(body["metadata"]["name"]), "kube-node-lease")
         except ApiException as e:
             if e.status != 404:
                 raise
-        self.core().create_node(body)
+        created = self.core().create_node(body)
         name = str(body["metadata"]["name"])
+        if self.dra:  # the fake driver publishes the node's GPUs
+            dradriver.publish_node(
+                self.api(), self.api().sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
         if wait:
             self.wait_nodes_ready([name], timeout=timeout)
         return name
@@ -575,6 +599,7 @@ class Cluster:
             "ports": asdict(self.ports),
             "pids": self.pids(),
             "startup_seconds": self.startup_seconds,
+            "gpus": self.gpu_mode,
         }
 
     def _write_state(self) -> None:

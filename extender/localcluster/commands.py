@@ -3,6 +3,7 @@
     gpuroster cluster build                  build (or reuse) the pinned binaries
     gpuroster cluster bin-dir                where they are (helm, kubectl, ...)
     gpuroster cluster up [--nodes N] [--gpus-per-node G] [--extender-port P]
+                         [--gpus device-plugin|dra] [--nvlink-domain-size D]
     gpuroster cluster down [--keep]
     gpuroster cluster kubeconfig | extender-port | status
     gpuroster cluster leftovers --run-id ID  fail if processes of a test run outlived it
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.localcluster.cluster import (
+    GPU_MODES,
     RUN_ID_ENV,
     RUN_ROOT,
     Cluster,
@@ -82,7 +84,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         base = Path(tempfile.mkdtemp(prefix="gpuroster-cluster-"))
     (base / "logs").mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "extender.cli", "cluster", "serve", "--dir", str(base),
-            "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node)]
+            "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
+            "--gpus", args.gpus, "--nvlink-domain-size", str(args.nvlink_domain_size)]
     if args.extender_port:
         argv += ["--extender-port", str(args.extender_port)]
     if args.no_node_cache:
@@ -123,7 +126,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     cluster = Cluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                       extender_port=args.extender_port, node_cache_capable=not args.no_node_cache,
-                      base_dir=Path(args.dir), bin_dir=binaries_dir())
+                      base_dir=Path(args.dir), bin_dir=binaries_dir(), gpus=args.gpus,
+                      nvlink_domain_size=args.nvlink_domain_size)
     try:
         cluster.up()
         print(f"ready in {cluster.startup_seconds:.1f}s", flush=True)
@@ -227,6 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--extender-port", type=int, default=0)
         p.add_argument("--no-node-cache", action="store_true",
                        help="extender gets full Node objects (nodeCacheCapable: false)")
+        p.add_argument("--gpus", choices=GPU_MODES, default="device-plugin",
+                       help="how nodes offer GPUs: nvidia.com/gpu (device plugin) or DRA "
+                            "devices in ResourceSlices published by a fake DRA driver")
+        p.add_argument("--nvlink-domain-size", type=int, default=0,
+                       help="with --gpus dra: GPUs per NVLink domain (0: no such attribute)")
         p.add_argument("--timeout", type=float, default=180.0)
         p.add_argument("--dir", required=name == "serve",
                        help="state directory (default: a new /tmp/gpuroster-cluster-*)")

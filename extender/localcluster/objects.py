@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.localcluster import dradriver
+
 GPU = "nvidia.com/gpu"
 TOPOLOGY_ORDER_LABEL = "gpuroster.io/topology-order"
 NOT_READY_LABEL = "gpuroster.io/simulate-not-ready"
@@ -33,11 +35,18 @@ def fake_gpu_node(
     *,
     name: str | None = None,
     labels: dict[str, str] | None = None,
+    dra: bool = False,
 ) -> dict[str, Any]:
-    """A Node that KWOK manages, with ``gpus`` nvidia.com/gpu, ordered by ``index``."""
+    """A Node that KWOK manages, with ``gpus`` nvidia.com/gpu, ordered by ``index``.
+
+    With ``dra`` its GPUs are DRA devices instead (the fake DRA driver publishes them
+    from the ``gpuroster.io/fake-gpus`` label): no nvidia.com/gpu in its status."""
     name = name or node_name(index)
-    resources = {"cpu": "256", "memory": "2Ti", "pods": "1000", "ephemeral-storage": "10Ti",
-                 GPU: str(gpus)}
+    resources = {"cpu": "256", "memory": "2Ti", "pods": "1000", "ephemeral-storage": "10Ti"}
+    if dra:
+        labels = {dradriver.GPUS_LABEL: str(gpus), **(labels or {})}
+    else:
+        resources[GPU] = str(gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -30,7 +30,7 @@ class Rig:
         self.clock = clock_mod.FakeClock(START)
         self.settings = config.Settings(policy=policy, step_seconds=step, epoch=START,
                                         **settings)
-        self.cache = watching.Cache(self.fake)
+        self.cache = watching.Cache(self.fake, dra=self.settings.dra)
         self.ctl = stepping.Controller(self.settings, self.fake, self.cache, clock=self.clock)
         self.verbs = self.ctl.verbs  # what kube-scheduler calls, through the api
         self.sync()

@@ -221,6 +221,7 @@ def test_extender_environment(default: rendering.Rendered) -> None:
         "GPUROSTER_PROMETHEUS_URL": "",
         "GPUROSTER_LOG_LEVEL": "info",
         "GPUROSTER_SHADOW": "false",
+        "GPUROSTER_GPUS": "device-plugin",
         "GPUROSTER_PORT": "8888",
         "GPUROSTER_BIND_ADDRESS": "0.0.0.0",
         "GPUROSTER_LEADER_ELECT": "false",
@@ -863,3 +864,40 @@ def test_the_local_clusters_shadow_stanza_is_the_charts(tmp_path: Any) -> None:
             "managedResources")
     assert {k: mine.get(k) for k in keys} == {k: charts.get(k) for k in keys}
     assert mine.get("bindVerb") is None and mine["ignorable"] is True
+
+
+def test_dra_mode_adds_only_the_claims_and_slices_it_reads_and_the_claim_status_it_writes(
+) -> None:
+    """gpus: dra: GPUROSTER_GPUS=dra; read ResourceSlices and ResourceClaims cluster-wide
+    (the devices every namespace's claims hold), patch the claims and their status where
+    it manages pods, and the synthetic resourceclaims/binding the API server checks
+    cluster-wide; in shadow mode only the reads. The default grants nothing of
+    resource.k8s.io."""
+    from extender import config
+
+    def dra_grants(role: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+        return {g for g in rules_of(role) if g[0] == "resource.k8s.io"}
+
+    reads = {("resource.k8s.io", r, v, "*") for r in ("resourceslices", "resourceclaims")
+             for v in ("get", "list", "watch")}
+    binding = {("resource.k8s.io", "resourceclaims/binding", "patch", "*")}
+    writes = {("resource.k8s.io", "resourceclaims", "patch", "*"),
+              ("resource.k8s.io", "resourceclaims/status", "patch", "*")}
+    r = rendering.template({"gpus": "dra"}, namespace=NS)
+    env = env_of(container(r.one("Deployment", FULL), "gpuroster"))
+    assert config.load([], env=env).dra
+    assert dra_grants(r.one("ClusterRole", f"{CLUSTER}-nodes")) == reads | binding
+    assert rules_of(r.one("ClusterRole", f"{CLUSTER}-workloads")) == WORKLOAD_GRANTS | writes
+    scoped = rendering.template({"gpus": "dra", "config": {"namespaces": ["team-a"]}},
+                                namespace=NS)
+    assert dra_grants(scoped.one("ClusterRole", f"{CLUSTER}-nodes")) == reads | binding
+    assert dra_grants(scoped.one("Role", FULL)) == writes
+    shadow = rendering.template({"gpus": "dra", "shadow": True}, namespace=NS)
+    assert dra_grants(shadow.one("ClusterRole", f"{CLUSTER}-nodes")) == reads
+    assert not dra_grants(shadow.one("ClusterRole", f"{CLUSTER}-workloads"))
+    d = rendering.template(namespace=NS)
+    assert env_of(container(d.one("Deployment", FULL), "gpuroster"))["GPUROSTER_GPUS"] == \
+        "device-plugin"
+    for role in d.all("ClusterRole") + d.all("Role"):
+        assert not dra_grants(role), role
+    assert "dra" in rendering.template_error({"gpus": "mig"})

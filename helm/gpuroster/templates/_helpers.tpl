@@ -229,6 +229,16 @@ read and scale real-time Deployments, read demand ConfigMaps.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
+{{- if and (eq .Values.gpus "dra") (not .Values.shadow) }}
+# DRA mode: the allocation of an admitted gang's claims (read cluster-wide).
+# the finalizer kube-scheduler also puts on a claim it allocates
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["patch"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end }}
 
 {{/* The second scheduler's whole KubeSchedulerConfiguration. */}}
