@@ -23,8 +23,6 @@ from extender.planner import blocks, headroom, model, scaling
 COPY_WINDOWS = 4
 # GPUs `cover` holds over what the worst step seen would have needed: for the unseen.
 COVER_MARGIN = 1
-# Steps with demand a forecast must have been right on before `cover` takes it for exact.
-EXACT_EVIDENCE = 3
 
 
 def forecast_curve(v: model.ServiceState, length: int, period: int) -> list[int]:
@@ -341,14 +339,14 @@ def cover(v: model.ServiceState, forecast: Sequence[int], reaches: Sequence[int]
     seen: a forecast right but for its timing or its noise wants a wide envelope and a
     small ratio, a forecast with a level bias a narrow one. Until a `period` of steps
     was seen, the ratio is at least `prior` (a forecast seen wrong one way may be wrong
-    the other). None once the forecast was right at every step seen, `EXACT_EVIDENCE` of
-    them with demand (exact forecasts plan as without it). The plan stays within the
+    the other). None while the forecast was right at every step seen (exact forecasts plan
+    as without it). The plan stays within the
     service's `ceiling`, so covering costs at most what the static reservation costs."""
     pd, pf = v.past_demand, v.past_forecast
     n = min(len(pd), len(pf), COPY_WINDOWS * period)  # the days a copy's error is sized on
     d = pd[len(pd) - n:]
     f = pf[len(pf) - n:]
-    if d == f and sum(1 for x in f if x > 0) >= EXACT_EVIDENCE:
+    if d == f:
         return None
     level = v.service_level if v.service_level is not None else objective
     if v.reservation is not None:
