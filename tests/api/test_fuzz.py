@@ -276,6 +276,9 @@ def test_the_service_still_answers_after_the_fuzzing(client: TestClient) -> None
     # /readyz: the step loop thread is not started here (one step run by hand), so
     # /healthz, which watches that thread, has nothing to say.
     assert client.get("/readyz").status_code == 200
+    # One bad call of its own, so the count read below does not hang on the order the
+    # module's tests ran in.
+    assert client.post("/filter", content=b"{not json").status_code == 400
     r = client.post("/filter", content=json.dumps(
         {"Pod": {"metadata": {"name": "g-0", "namespace": "ns"}},
          "NodeNames": ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]}).encode())
