@@ -18,6 +18,7 @@ Product code (the demo, ``gpuroster bench --cluster local``) and the e2e tests
 use it alike; nothing here imports ``e2e`` or ``tests``.
 """
 
-from extender.localcluster.cluster import Cluster, ClusterError, binaries_dir, free_port
+from extender.localcluster.cluster import Cluster, ClusterError, binaries_dir
+from extender.localcluster.processes import free_port
 
 __all__ = ["Cluster", "ClusterError", "binaries_dir", "free_port"]

@@ -30,7 +30,6 @@ import importlib.resources
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -65,26 +64,6 @@ GPU_MODES = ("device-plugin", "dra")
 
 class ClusterError(RuntimeError):
     """The control plane could not start or a process died."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _free_ports(count: int) -> list[int]:
-    # Hold every socket until all are chosen so no two are the same.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def build_script() -> contextlib.AbstractContextManager[Path]:
@@ -149,7 +128,7 @@ class Cluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.base_dir / "logs"
         self.pki_dir = self.base_dir / "pki"
-        etcd_c, etcd_p, api, kcm, sched, ext = _free_ports(6)
+        etcd_c, etcd_p, api, kcm, sched, ext = processes.free_ports(6)
         self.ports = Ports(etcd_c, etcd_p, api, kcm, sched, extender_port or ext)
         self.kubeconfig = self.base_dir / "admin.kubeconfig"
         self.scheduler_config_path = self.base_dir / "scheduler-config.yaml"

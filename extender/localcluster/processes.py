@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -205,3 +206,24 @@ def _chain(sig: signal.Signals) -> None:
             os.kill(os.getpid(), signum)
 
     signal.signal(sig, handler)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    # Hold every socket until all are chosen so no two are the same.
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
