@@ -15,15 +15,7 @@ import signal
 import sys
 import time
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from extender.localcluster import processes
 
 
 def spin(until: float, watched: int) -> None:
@@ -32,7 +24,7 @@ def spin(until: float, watched: int) -> None:
     while time.monotonic() < until:
         for _ in range(200_000):  # about 10 ms of work between checks
             x = (x * 1_103_515_245 + 12_345) & 0xFFFFFFFF
-        if watched and not _alive(watched):
+        if watched and not processes.alive(watched):
             return
 
 

@@ -29,7 +29,7 @@ _RELATIVE = r"next|previous|last|earlier|later|another|other|this|that"
 PATTERNS = {
     "a work session": re.compile(rf"\b(?:{_ORDINAL}|{_RELATIVE})[ -]sessions?\b", re.I),
     "an issue number": re.compile(r"\bissues?[ -]?#?[0-9]+", re.I),
-    # in parentheses, any number; bare, one or two digits: three and six are colours (#222)
+    # in parentheses, any number; bare, one or two digits: three and six are colours, as #222
     "a tracker reference": re.compile(r"\(#[0-9]+\)|(?<![\w&/])#[0-9]{1,2}\b"),
     "the issue as a source": re.compile(r"\bthe issue(?:'s)?\b|\bdone-when\b", re.I),
 }

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from extender.localcluster import processes
 from extender.localcluster.cluster import (
     GPU_MODES,
     RUN_ID_ENV,
@@ -47,16 +48,6 @@ def _current() -> Path | None:
     return base if base.is_dir() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read_state(base: Path) -> dict[str, Any]:
     path = base / "state.json"
     return dict(json.loads(path.read_text())) if path.is_file() else {}
@@ -66,7 +57,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     base = _current()
     if base is not None:
         sup = base / "supervisor.pid"
-        if sup.is_file() and _alive(int(sup.read_text())) and (base / "ready").is_file():
+        if sup.is_file() and processes.alive(int(sup.read_text())) and (base / "ready").is_file():
             state = _read_state(base)
             print(f"cluster already up: kubeconfig {state['kubeconfig']}, "
                   f"extender port {state['extender_port']}")
@@ -150,9 +141,9 @@ def _stop_supervisor(base: Path, timeout: float = 30.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
+        while processes.alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
+        if processes.alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
     # Children the supervisor could not stop: kill their groups, but only if the
