@@ -340,8 +340,8 @@ def cover(v: model.ServiceState, forecast: Sequence[int], reaches: Sequence[int]
     small ratio, a forecast with a level bias a narrow one. Until a `period` of steps
     was seen, the ratio is at least `prior` (a forecast seen wrong one way may be wrong
     the other). None while the forecast was right at every step seen (exact forecasts plan
-    as without it). The plan stays within the
-    service's `ceiling`, so covering costs at most what the static reservation costs."""
+    as without it). The plan stays within the service's `ceiling`, so covering costs at
+    most what the static reservation costs."""
     pd, pf = v.past_demand, v.past_forecast
     n = min(len(pd), len(pf), COPY_WINDOWS * period)  # the days a copy's error is sized on
     d = pd[len(pd) - n:]
@@ -362,16 +362,21 @@ def cover(v: model.ServiceState, forecast: Sequence[int], reaches: Sequence[int]
         unit = [float(e) for e in past]
         ratio = headroom.smallest(
             [float(x) for x in d], base, unit,
-            [(x - 1) / e for x, e in zip(d, past, strict=True) if e > 0], level)
+            [(x - COVER_MARGIN) / e for x, e in zip(d, past, strict=True) if e > 0], level)
         if n < period:
             ratio = max(ratio, prior)
-        held = sum(math.ceil(ratio * e - 1e-9) + COVER_MARGIN if e > 0 else at_zero for e in past)
+        held = sum(_covered(ratio, e, at_zero) for e in past)
         if best is None or held < best[0]:
             best = (held, r, ratio, at_zero)
     assert best is not None
     _, r, ratio, at_zero = best
     ahead = headroom.dilate(list(forecast), r, f, r)
-    return [math.ceil(ratio * e - 1e-9) + COVER_MARGIN if e > 0 else at_zero for e in ahead]
+    return [_covered(ratio, e, at_zero) for e in ahead]
+
+
+def _covered(ratio: float, envelope: int, at_zero: int) -> int:
+    """What `cover` holds where the forecast's envelope is `envelope`."""
+    return math.ceil(ratio * envelope - 1e-9) + COVER_MARGIN if envelope > 0 else at_zero
 
 
 def _least_cover(demand: Sequence[int], short: float) -> int:
